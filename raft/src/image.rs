@@ -1,0 +1,402 @@
+//! The metadata image: what every node knows about the cluster, as the fold
+//! of the committed metadata records.
+//!
+//! [`MetadataImage::apply`] is pure and deterministic, so the same log gives
+//! the same image on every node. A record that refers to something the image
+//! does not have (a partition of a deleted topic, say) changes nothing and is
+//! reported; it never panics. The partition and replica state machines of the
+//! controller are derived views of the image ([`MetadataImage::partition_state`],
+//! [`MetadataImage::replica_state`]), never stored separately.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::records::{BrokerState, ConfigResource, LeaderChange, MetadataRecord, TopicId};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub broker_id: i32,
+    pub incarnation_id: u64,
+    pub kafka: String,
+    pub admin: String,
+    pub raft: String,
+    pub state: BrokerState,
+}
+
+impl BrokerRegistration {
+    /// Active brokers lead partitions and sit in ISRs.
+    pub fn is_active(&self) -> bool {
+        self.state == BrokerState::Active
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionRegistration {
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub leader: Option<i32>,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicImage {
+    pub name: String,
+    pub topic_id: TopicId,
+    pub partitions: BTreeMap<i32, PartitionRegistration>,
+    /// Topic-level overrides only; defaults come from broker settings.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The partition state machine (Kafka's controller names), derived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionState {
+    /// Replicas assigned, never had a leader.
+    New,
+    /// Led by an active broker.
+    Online,
+    /// Had a leader once and has none now (or its leader is not active).
+    Offline,
+}
+
+/// The replica state machine, derived per (partition, broker).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaState {
+    /// Assigned to an active broker but not (yet) in the ISR.
+    New,
+    /// On an active broker and in the ISR.
+    Online,
+    /// On a broker that is fenced, shutting down or not registered.
+    Offline,
+}
+
+impl PartitionState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartitionState::New => "new",
+            PartitionState::Online => "online",
+            PartitionState::Offline => "offline",
+        }
+    }
+}
+
+impl ReplicaState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplicaState::New => "new",
+            ReplicaState::Online => "online",
+            ReplicaState::Offline => "offline",
+        }
+    }
+}
+
+/// Why a record changed nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error("unknown broker {0}")]
+    UnknownBroker(i32),
+    #[error("unknown topic id {0}")]
+    UnknownTopicId(TopicId),
+    #[error("unknown partition {1} of topic id {0}")]
+    UnknownPartition(TopicId, i32),
+    #[error("topic {0} already exists")]
+    TopicExists(String),
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MetadataImage {
+    pub cluster_id: Option<String>,
+    pub brokers: BTreeMap<i32, BrokerRegistration>,
+    pub topics: BTreeMap<String, TopicImage>,
+    pub topic_names: BTreeMap<TopicId, String>,
+    /// Dynamic cluster-wide broker config overrides.
+    pub broker_configs: BTreeMap<String, String>,
+    /// The first producer id not yet handed out.
+    pub next_producer_id: i64,
+}
+
+impl MetadataImage {
+    /// Applies one record. Deterministic: no clock, no randomness, no I/O.
+    pub fn apply(&mut self, record: &MetadataRecord) -> Result<(), ApplyError> {
+        match record {
+            MetadataRecord::ClusterId { cluster_id } => {
+                if self.cluster_id.is_none() {
+                    self.cluster_id = Some(cluster_id.clone());
+                }
+            }
+            MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft } => {
+                self.brokers.insert(
+                    *broker_id,
+                    BrokerRegistration {
+                        broker_id: *broker_id,
+                        incarnation_id: *incarnation_id,
+                        kafka: kafka.clone(),
+                        admin: admin.clone(),
+                        raft: raft.clone(),
+                        state: BrokerState::Fenced,
+                    },
+                );
+            }
+            MetadataRecord::BrokerRegistrationChange { broker_id, state } => {
+                let broker = self.brokers.get_mut(broker_id).ok_or(ApplyError::UnknownBroker(*broker_id))?;
+                broker.state = *state;
+            }
+            MetadataRecord::Topic { name, topic_id } => {
+                if self.topics.contains_key(name) {
+                    return Err(ApplyError::TopicExists(name.clone()));
+                }
+                self.topic_names.insert(*topic_id, name.clone());
+                self.topics.insert(
+                    name.clone(),
+                    TopicImage {
+                        name: name.clone(),
+                        topic_id: *topic_id,
+                        partitions: BTreeMap::new(),
+                        configs: BTreeMap::new(),
+                    },
+                );
+            }
+            MetadataRecord::Partition { topic_id, partition, replicas, isr, leader } => {
+                let topic = self.topic_by_id_mut(*topic_id)?;
+                topic.partitions.insert(
+                    *partition,
+                    PartitionRegistration {
+                        replicas: replicas.clone(),
+                        isr: isr.clone(),
+                        leader: *leader,
+                        leader_epoch: 0,
+                        partition_epoch: 0,
+                    },
+                );
+            }
+            MetadataRecord::PartitionChange { topic_id, partition, leader, isr, replicas } => {
+                let topic = self.topic_by_id_mut(*topic_id)?;
+                let p = topic
+                    .partitions
+                    .get_mut(partition)
+                    .ok_or(ApplyError::UnknownPartition(*topic_id, *partition))?;
+                match leader {
+                    LeaderChange::Unchanged => {}
+                    LeaderChange::None => {
+                        p.leader = None;
+                        p.leader_epoch += 1;
+                    }
+                    LeaderChange::Elect(id) => {
+                        p.leader = Some(*id);
+                        p.leader_epoch += 1;
+                    }
+                }
+                if let Some(isr) = isr {
+                    p.isr = isr.clone();
+                }
+                if let Some(replicas) = replicas {
+                    p.replicas = replicas.clone();
+                }
+                p.partition_epoch += 1;
+            }
+            MetadataRecord::RemoveTopic { topic_id } => {
+                let name = self.topic_names.remove(topic_id).ok_or(ApplyError::UnknownTopicId(*topic_id))?;
+                self.topics.remove(&name);
+            }
+            MetadataRecord::Config { resource, key, value } => {
+                let configs = match resource {
+                    ConfigResource::Broker => &mut self.broker_configs,
+                    ConfigResource::Topic(name) => match self.topics.get_mut(name) {
+                        Some(t) => &mut t.configs,
+                        None => return Ok(()),
+                    },
+                };
+                match value {
+                    Some(v) => configs.insert(key.clone(), v.clone()),
+                    None => configs.remove(key),
+                };
+            }
+            MetadataRecord::ProducerIds { next_producer_id, .. } => {
+                self.next_producer_id = self.next_producer_id.max(*next_producer_id);
+            }
+        }
+        Ok(())
+    }
+
+    fn topic_by_id_mut(&mut self, topic_id: TopicId) -> Result<&mut TopicImage, ApplyError> {
+        let name = self.topic_names.get(&topic_id).ok_or(ApplyError::UnknownTopicId(topic_id))?;
+        self.topics.get_mut(name).ok_or(ApplyError::UnknownTopicId(topic_id))
+    }
+
+    pub fn topic_by_id(&self, topic_id: TopicId) -> Option<&TopicImage> {
+        self.topic_names.get(&topic_id).and_then(|n| self.topics.get(n))
+    }
+
+    pub fn is_active(&self, broker_id: i32) -> bool {
+        self.brokers.get(&broker_id).is_some_and(BrokerRegistration::is_active)
+    }
+
+    /// Ids of active brokers, ascending.
+    pub fn active_brokers(&self) -> Vec<i32> {
+        self.brokers.values().filter(|b| b.is_active()).map(|b| b.broker_id).collect()
+    }
+
+    pub fn partition_state(&self, p: &PartitionRegistration) -> PartitionState {
+        match p.leader {
+            Some(id) if self.is_active(id) => PartitionState::Online,
+            None if p.leader_epoch == 0 => PartitionState::New,
+            _ => PartitionState::Offline,
+        }
+    }
+
+    pub fn replica_state(&self, p: &PartitionRegistration, broker_id: i32) -> ReplicaState {
+        if !self.is_active(broker_id) {
+            ReplicaState::Offline
+        } else if p.isr.contains(&broker_id) {
+            ReplicaState::Online
+        } else {
+            ReplicaState::New
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn register(id: i32) -> MetadataRecord {
+        MetadataRecord::RegisterBroker {
+            broker_id: id,
+            incarnation_id: 1,
+            kafka: format!("127.0.0.1:{}", 9091 + id),
+            admin: String::new(),
+            raft: String::new(),
+        }
+    }
+
+    fn active(id: i32) -> MetadataRecord {
+        MetadataRecord::BrokerRegistrationChange { broker_id: id, state: BrokerState::Active }
+    }
+
+    fn sample_log() -> Vec<MetadataRecord> {
+        let t = TopicId(42);
+        vec![
+            MetadataRecord::ClusterId { cluster_id: "c1".into() },
+            register(1),
+            register(2),
+            active(1),
+            active(2),
+            MetadataRecord::Topic { name: "orders".into(), topic_id: t },
+            MetadataRecord::Partition { topic_id: t, partition: 0, replicas: vec![1, 2], isr: vec![1, 2], leader: Some(1) },
+            MetadataRecord::Config {
+                resource: ConfigResource::Topic("orders".into()),
+                key: "retention.ms".into(),
+                value: Some("1000".into()),
+            },
+            MetadataRecord::PartitionChange {
+                topic_id: t,
+                partition: 0,
+                leader: LeaderChange::Elect(2),
+                isr: Some(vec![2]),
+                replicas: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn apply_is_deterministic_and_bumps_epochs() {
+        let mut a = MetadataImage::default();
+        let mut b = MetadataImage::default();
+        for r in sample_log() {
+            a.apply(&r).expect("apply a");
+            b.apply(&r).expect("apply b");
+        }
+        assert_eq!(a, b);
+        let p = &a.topics["orders"].partitions[&0];
+        assert_eq!(p.leader, Some(2));
+        assert_eq!(p.isr, vec![2]);
+        assert_eq!((p.leader_epoch, p.partition_epoch), (1, 1));
+        assert_eq!(a.topics["orders"].configs["retention.ms"], "1000");
+        assert_eq!(a.cluster_id.as_deref(), Some("c1"));
+    }
+
+    #[test]
+    fn isr_only_change_keeps_leader_epoch() {
+        let mut img = MetadataImage::default();
+        for r in sample_log() {
+            img.apply(&r).expect("apply");
+        }
+        let change = MetadataRecord::PartitionChange {
+            topic_id: TopicId(42),
+            partition: 0,
+            leader: LeaderChange::Unchanged,
+            isr: Some(vec![2, 1]),
+            replicas: None,
+        };
+        img.apply(&change).expect("apply");
+        let p = &img.topics["orders"].partitions[&0];
+        assert_eq!((p.leader_epoch, p.partition_epoch), (1, 2));
+    }
+
+    #[test]
+    fn unknown_references_change_nothing() {
+        let mut img = MetadataImage::default();
+        for r in sample_log() {
+            img.apply(&r).expect("apply");
+        }
+        let before = img.clone();
+        let bad = MetadataRecord::PartitionChange {
+            topic_id: TopicId(7),
+            partition: 0,
+            leader: LeaderChange::None,
+            isr: None,
+            replicas: None,
+        };
+        assert_eq!(img.apply(&bad), Err(ApplyError::UnknownTopicId(TopicId(7))));
+        assert_eq!(
+            img.apply(&MetadataRecord::BrokerRegistrationChange { broker_id: 9, state: BrokerState::Fenced }),
+            Err(ApplyError::UnknownBroker(9))
+        );
+        assert_eq!(img.apply(&MetadataRecord::Topic { name: "orders".into(), topic_id: TopicId(8) }),
+            Err(ApplyError::TopicExists("orders".into())));
+        assert_eq!(img, before);
+    }
+
+    #[test]
+    fn remove_topic_removes_only_that_topic() {
+        let mut img = MetadataImage::default();
+        for r in sample_log() {
+            img.apply(&r).expect("apply");
+        }
+        img.apply(&MetadataRecord::Topic { name: "other".into(), topic_id: TopicId(43) }).expect("apply");
+        img.apply(&MetadataRecord::RemoveTopic { topic_id: TopicId(42) }).expect("apply");
+        assert!(!img.topics.contains_key("orders"));
+        assert!(img.topics.contains_key("other"));
+        assert_eq!(img.topic_names.len(), 1);
+    }
+
+    #[test]
+    fn derived_partition_and_replica_states() {
+        let mut img = MetadataImage::default();
+        for r in sample_log() {
+            img.apply(&r).expect("apply");
+        }
+        let p = img.topics["orders"].partitions[&0].clone();
+        assert_eq!(img.partition_state(&p), PartitionState::Online);
+        assert_eq!(img.replica_state(&p, 2), ReplicaState::Online);
+        assert_eq!(img.replica_state(&p, 1), ReplicaState::New);
+        img.apply(&MetadataRecord::BrokerRegistrationChange { broker_id: 2, state: BrokerState::Fenced })
+            .expect("apply");
+        assert_eq!(img.partition_state(&p), PartitionState::Offline);
+        assert_eq!(img.replica_state(&p, 2), ReplicaState::Offline);
+        let fresh = PartitionRegistration { replicas: vec![3], isr: vec![3], leader: None, leader_epoch: 0, partition_epoch: 0 };
+        assert_eq!(img.partition_state(&fresh), PartitionState::New);
+    }
+
+    #[test]
+    fn image_round_trips_through_codec() {
+        let mut img = MetadataImage::default();
+        for r in sample_log() {
+            img.apply(&r).expect("apply");
+        }
+        let bytes = crate::codec::encode(&img).expect("encode");
+        let back: MetadataImage = crate::codec::decode(&bytes).expect("decode");
+        assert_eq!(back, img);
+    }
+}

@@ -1,0 +1,241 @@
+//! A node's share of the metadata quorum: opens the sled store, starts
+//! openraft and the RPC server, bootstraps the voters on first start, and is
+//! the handle the rest of the node uses to propose records and read the image.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::image::MetadataImage;
+use crate::log_store::LogStore;
+use crate::network::NetworkFactory;
+use crate::records::MetadataRecord;
+use crate::server::{self, AppHandler};
+use crate::state_machine::{AppliedImage, StateMachine};
+use crate::types::{MetaCommand, NodeId, Raft};
+
+#[derive(Debug, Clone)]
+pub struct QuorumConfig {
+    pub node_id: NodeId,
+    /// The `--raft` address: listened on, and what peers dial.
+    pub raft_addr: String,
+    /// Voter ids and their `--raft` addresses (`controller.quorum.voters`).
+    pub voters: BTreeMap<NodeId, String>,
+    /// `data-dir/meta`.
+    pub meta_dir: PathBuf,
+    pub election_timeout_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    /// Build a snapshot after this many entries since the last one.
+    pub snapshot_entries: u64,
+    /// Entries kept behind a snapshot (so slightly lagging peers need no snapshot).
+    pub snapshot_keep_entries: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum QuorumError {
+    #[error("metadata store at {path}: {reason}")]
+    Store { path: PathBuf, reason: String },
+    #[error("cannot listen on the raft address {addr}: {source}")]
+    Bind { addr: String, source: std::io::Error },
+    #[error("invalid quorum settings: {0}")]
+    Config(String),
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// Why a proposal was not committed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProposeError {
+    #[error("this node is not the controller (the quorum leader is {leader:?})")]
+    NotLeader { leader: Option<NodeId> },
+    #[error("no quorum answered within {0:?}")]
+    Timeout(Duration),
+    #[error("raft failed: {0}")]
+    Fatal(String),
+}
+
+pub struct Quorum {
+    node_id: NodeId,
+    voters: BTreeMap<NodeId, String>,
+    raft: Raft,
+    applied: watch::Receiver<AppliedImage>,
+    server: JoinHandle<()>,
+}
+
+impl Quorum {
+    pub async fn start(config: QuorumConfig, app: Arc<dyn AppHandler>) -> Result<Self, QuorumError> {
+        let store_err = |reason: String| QuorumError::Store { path: config.meta_dir.clone(), reason };
+        let db = sled::Config::new()
+            .path(&config.meta_dir)
+            .open()
+            .map_err(|e| store_err(format!("cannot open (corrupt, or locked by another process?): {e}")))?;
+        let log_store = LogStore::open(&db).map_err(|e| store_err(e.to_string()))?;
+        let (state_machine, applied) = StateMachine::open(&db).map_err(|e| store_err(e.to_string()))?;
+
+        let raft_config = openraft::Config {
+            cluster_name: "strom".into(),
+            election_timeout_min: config.election_timeout_ms,
+            election_timeout_max: config.election_timeout_ms * 2,
+            heartbeat_interval: config.heartbeat_interval_ms,
+            install_snapshot_timeout: 5_000,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_entries),
+            max_in_snapshot_log_to_keep: config.snapshot_keep_entries,
+            snapshot_max_chunk_size: 1024 * 1024,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| QuorumError::Config(e.to_string()))?;
+
+        let raft = Raft::new(config.node_id, Arc::new(raft_config), NetworkFactory, log_store, state_machine)
+            .await
+            .map_err(|e| QuorumError::Raft(e.to_string()))?;
+
+        let listener = TcpListener::bind(&config.raft_addr)
+            .await
+            .map_err(|source| QuorumError::Bind { addr: config.raft_addr.clone(), source })?;
+        let server = tokio::spawn(server::serve(listener, raft.clone(), app));
+
+        let quorum = Self { node_id: config.node_id, voters: config.voters.clone(), raft, applied, server };
+        if config.voters.contains_key(&config.node_id) {
+            quorum.bootstrap().await?;
+        }
+        Ok(quorum)
+    }
+
+    /// On a voter's first start, every voter initializes the same voter set;
+    /// openraft accepts the first and refuses the rest harmlessly.
+    async fn bootstrap(&self) -> Result<(), QuorumError> {
+        let initialized = self.raft.is_initialized().await.map_err(|e| QuorumError::Raft(e.to_string()))?;
+        if initialized {
+            return Ok(());
+        }
+        let members: BTreeMap<NodeId, BasicNode> =
+            self.voters.iter().map(|(id, addr)| (*id, BasicNode::new(addr.clone()))).collect();
+        match self.raft.initialize(members).await {
+            Ok(()) => {
+                tracing::info!(voters = ?self.voters.keys().collect::<Vec<_>>(), "metadata quorum initialized");
+                Ok(())
+            }
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(QuorumError::Raft(e.to_string())),
+        }
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    pub fn voters(&self) -> &BTreeMap<NodeId, String> {
+        &self.voters
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    pub fn metrics(&self) -> RaftMetrics<NodeId, BasicNode> {
+        self.raft.metrics().borrow().clone()
+    }
+
+    pub fn leader(&self) -> Option<NodeId> {
+        self.raft.metrics().borrow().current_leader
+    }
+
+    pub fn is_leader(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state == ServerState::Leader && m.current_leader == Some(self.node_id)
+    }
+
+    /// The `--raft` address of a member (voter or learner), from membership.
+    pub fn member_addr(&self, id: NodeId) -> Option<String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.membership_config.membership().get_node(&id).map(|n| n.addr.clone())
+            .or_else(|| self.voters.get(&id).cloned())
+    }
+
+    /// Ids of the learners (observers) in the current membership.
+    pub fn learners(&self) -> BTreeSet<NodeId> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.membership_config.membership().learner_ids().collect()
+    }
+
+    /// The latest applied image.
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.applied.borrow().image.clone()
+    }
+
+    pub fn applied(&self) -> AppliedImage {
+        self.applied.borrow().clone()
+    }
+
+    /// A receiver that wakes on every applied batch.
+    pub fn subscribe(&self) -> watch::Receiver<AppliedImage> {
+        self.applied.clone()
+    }
+
+    /// Waits until this node has applied `index`, up to `timeout`.
+    pub async fn wait_applied(&self, index: u64, timeout: Duration) -> bool {
+        let mut rx = self.applied.clone();
+        tokio::time::timeout(timeout, rx.wait_for(|a| a.applied_index >= index)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// Commits `records` as one atomic batch; returns its log index once
+    /// applied on this (leader) node.
+    pub async fn propose(&self, records: Vec<MetadataRecord>, timeout: Duration) -> Result<u64, ProposeError> {
+        let write = self.raft.client_write(MetaCommand { records });
+        match tokio::time::timeout(timeout, write).await {
+            Err(_) => Err(ProposeError::Timeout(timeout)),
+            Ok(Ok(response)) => Ok(response.log_id.index),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader { leader: f.leader_id })
+            }
+            Ok(Err(e)) => Err(ProposeError::Fatal(e.to_string())),
+        }
+    }
+
+    /// Adds an observer as a learner (leader only); no-op if already a member.
+    pub async fn add_learner(&self, id: NodeId, raft_addr: String, timeout: Duration) -> Result<(), ProposeError> {
+        {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            let membership = m.membership_config.membership();
+            if membership.get_node(&id).is_some_and(|n| n.addr == raft_addr) {
+                return Ok(());
+            }
+        }
+        let change = if self.voters.contains_key(&id) {
+            return Ok(());
+        } else {
+            ChangeMembers::AddNodes(BTreeMap::from([(id, BasicNode::new(raft_addr.clone()))]))
+        };
+        let add = self.raft.change_membership(change, false);
+        match tokio::time::timeout(timeout, add).await {
+            Err(_) => Err(ProposeError::Timeout(timeout)),
+            Ok(Ok(_)) => {
+                tracing::info!(node_id = id, %raft_addr, "observer added to the metadata quorum as a learner");
+                Ok(())
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader { leader: f.leader_id })
+            }
+            Ok(Err(e)) => Err(ProposeError::Fatal(e.to_string())),
+        }
+    }
+
+    pub async fn shutdown(&self) {
+        self.server.abort();
+        if let Err(e) = self.raft.shutdown().await {
+            tracing::warn!(error = %e, "raft shutdown");
+        }
+    }
+}

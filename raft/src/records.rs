@@ -1,0 +1,117 @@
+//! Metadata records: the only way cluster metadata changes.
+//!
+//! Names follow KRaft's (`RegisterBrokerRecord`, `PartitionChangeRecord`, …).
+//! The controller decides and proposes records; every node applies the same
+//! committed records in the same order to its [`crate::MetadataImage`].
+//! A record carries its decision fully: applying it needs no clock, no
+//! randomness and no I/O.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A topic's id: 128 random bits, chosen by the controller at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct TopicId(pub u128);
+
+impl fmt::Display for TopicId {
+    /// The 8-4-4-4-12 hex form of a UUID.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let h = format!("{:032x}", self.0);
+        write!(f, "{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    }
+}
+
+/// A registered broker's lifecycle state (KRaft's fenced / unfenced /
+/// in-controlled-shutdown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BrokerState {
+    /// Registered but not (or no longer) trusted to serve: it has not caught
+    /// up yet, or its heartbeats stopped for `broker.session.timeout.ms`.
+    Fenced,
+    /// Serving and eligible to lead and to be in ISRs.
+    Active,
+    /// Leaving through a controlled shutdown; leads nothing.
+    ShuttingDown,
+}
+
+impl BrokerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BrokerState::Fenced => "fenced",
+            BrokerState::Active => "active",
+            BrokerState::ShuttingDown => "shutting_down",
+        }
+    }
+}
+
+/// What a [`MetadataRecord::PartitionChange`] does to the leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaderChange {
+    Unchanged,
+    /// The partition has no leader (offline).
+    None,
+    Elect(i32),
+}
+
+/// What a config record applies to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ConfigResource {
+    /// Cluster-wide broker defaults (dynamic broker configs).
+    Broker,
+    Topic(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum MetadataRecord {
+    /// The cluster's id, written once by the first controller.
+    ClusterId { cluster_id: String },
+    /// A broker (re)registers; a new incarnation starts fenced.
+    RegisterBroker {
+        broker_id: i32,
+        incarnation_id: u64,
+        kafka: String,
+        admin: String,
+        raft: String,
+    },
+    /// Fenced, unfenced or shutting down.
+    BrokerRegistrationChange { broker_id: i32, state: BrokerState },
+    Topic { name: String, topic_id: TopicId },
+    /// A new partition with its full initial registration.
+    Partition {
+        topic_id: TopicId,
+        partition: i32,
+        replicas: Vec<i32>,
+        isr: Vec<i32>,
+        leader: Option<i32>,
+    },
+    /// A change to an existing partition. A new leader bumps the leader
+    /// epoch; every change bumps the partition epoch (KIP-631).
+    PartitionChange {
+        topic_id: TopicId,
+        partition: i32,
+        leader: LeaderChange,
+        isr: Option<Vec<i32>>,
+        replicas: Option<Vec<i32>>,
+    },
+    RemoveTopic { topic_id: TopicId },
+    /// Sets (`Some`) or resets (`None`) one config key.
+    Config {
+        resource: ConfigResource,
+        key: String,
+        value: Option<String>,
+    },
+    /// Hands the block `[next_producer_id - block_size, next_producer_id)` to a broker.
+    ProducerIds { broker_id: i32, next_producer_id: i64 },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_id_renders_as_uuid() {
+        let id = TopicId(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        assert_eq!(id.to_string(), "01234567-89ab-cdef-0123-456789abcdef");
+    }
+}
