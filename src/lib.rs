@@ -1,1 +1,26 @@
+//! Strom: a Kafka-compatible message broker cluster in one binary.
+//!
+//! Module map:
+//! - [`config`]: settings by their Kafka names and their validation.
+//! - [`error`]: Kafka error codes and the one mapping onto them.
+//! - [`node`]: wires a node together (quorum, controller, lifecycle, admin).
+//! - [`controller`]: the controller role on the quorum leader: liveness and
+//!   fencing, replica placement, leader election, topic decisions.
+//! - [`lifecycle`]: the broker's registration, heartbeats, controlled shutdown.
+//! - [`log`]: partition storage: segments, indexes, recovery, retention.
+//! - [`admin`]: the HTTP admin API and metrics.
+//! - [`cluster`]: `strom cluster`, N nodes from one binary.
+//! - [`cli`]: the admin subcommands, clients of the HTTP API.
+//!
+//! The metadata quorum itself (records, image, sled store, RPC) is the
+//! `strom-raft` crate.
 
+pub mod admin;
+pub mod cli;
+pub mod cluster;
+pub mod config;
+pub mod controller;
+pub mod error;
+pub mod lifecycle;
+pub mod log;
+pub mod node;

@@ -1,0 +1,82 @@
+//! Cluster-wide reads: health, readiness, cluster and brokers, metrics, and
+//! the consumer-group endpoints (empty until consumer groups exist).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::{ApiResult, Ctx, HttpError};
+use crate::error::{ApiError, ErrorCode};
+use crate::node::NodeContext;
+
+pub async fn health() -> impl IntoResponse {
+    Json(json!({"status": "ok"}))
+}
+
+pub async fn ready(State(ctx): Ctx) -> impl IntoResponse {
+    let state = ctx.lifecycle.state();
+    let ready = ctx.lifecycle.is_ready();
+    let body = json!({
+        "ready": ready,
+        "broker_state": state.map(|s| s.as_str()),
+        "controller_id": ctx.quorum.leader(),
+        "applied_index": ctx.quorum.applied().applied_index,
+    });
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, Json(body))
+}
+
+pub async fn metrics(State(ctx): Ctx) -> impl IntoResponse {
+    ([("content-type", "text/plain; version=0.0.4")], ctx.metrics.render(&ctx.quorum))
+}
+
+fn brokers_json(ctx: &NodeContext) -> Vec<Value> {
+    let image = ctx.quorum.image();
+    let leader = ctx.quorum.leader();
+    image
+        .brokers
+        .values()
+        .map(|b| {
+            json!({
+                "id": b.broker_id,
+                "kafka": b.kafka,
+                "admin": b.admin,
+                "state": b.state.as_str(),
+                "is_controller": leader == Some(b.broker_id as u64),
+            })
+        })
+        .collect()
+}
+
+pub async fn brokers(State(ctx): Ctx) -> Json<Vec<Value>> {
+    Json(brokers_json(&ctx))
+}
+
+pub async fn cluster(State(ctx): Ctx) -> Json<Value> {
+    let m = ctx.quorum.metrics();
+    let image = ctx.quorum.image();
+    let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+    let observers: Vec<u64> = m.membership_config.membership().learner_ids().collect();
+    Json(json!({
+        "cluster_id": image.cluster_id,
+        "controller_id": m.current_leader,
+        "quorum": {
+            "leader_id": m.current_leader,
+            "term": m.current_term,
+            "commit_index": m.last_applied.map_or(0, |l| l.index),
+            "voters": voters,
+            "observers": observers,
+        },
+        "brokers": brokers_json(&ctx),
+    }))
+}
+
+pub async fn groups() -> Json<Vec<Value>> {
+    Json(Vec::new())
+}
+
+pub async fn group(Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    Err(HttpError(ApiError::new(ErrorCode::GroupIdNotFound, format!("no consumer group `{id}`"))))
+}

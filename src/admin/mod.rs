@@ -1,0 +1,122 @@
+//! The HTTP admin API (CONTRACT §2), served by every node.
+//!
+//! Reads come from this node's applied metadata image; writes go to the
+//! controller through [`ControllerClient`] and are answered once this node
+//! has applied them, so a read after a write on the same node sees it.
+//! Errors are `{"error": CODE, "message": sentence}` with 4xx/503 statuses.
+
+mod cluster;
+pub mod metrics;
+mod openapi;
+mod topics;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::controller::protocol::{ControllerRequest, ControllerResponse};
+use crate::error::{ApiError, ErrorCode};
+use crate::node::NodeContext;
+
+/// Bound on a write's trip to the controller and back.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on waiting for this node to apply a committed write.
+const APPLY_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub type Ctx = State<Arc<NodeContext>>;
+
+/// An [`ApiError`] as an HTTP response.
+pub struct HttpError(pub ApiError);
+
+impl From<ApiError> for HttpError {
+    fn from(e: ApiError) -> Self {
+        HttpError(e)
+    }
+}
+
+impl From<JsonRejection> for HttpError {
+    fn from(e: JsonRejection) -> Self {
+        HttpError(ApiError::new(ErrorCode::InvalidRequest, format!("malformed JSON body: {}", e.body_text())))
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(json!({"error": self.0.code.name(), "message": self.0.message}))).into_response()
+    }
+}
+
+pub type ApiResult<T> = Result<T, HttpError>;
+
+/// Sends a write to the controller and waits until this node has applied it.
+pub async fn controller_write(ctx: &NodeContext, request: ControllerRequest) -> Result<(), ApiError> {
+    match ctx.client.send(request, WRITE_TIMEOUT).await? {
+        ControllerResponse::Done { index } => {
+            if ctx.quorum.wait_applied(index, APPLY_TIMEOUT).await {
+                Ok(())
+            } else {
+                Err(ApiError::new(
+                    ErrorCode::RequestTimedOut,
+                    format!("the change was committed at index {index} but this node has not applied it yet"),
+                ))
+            }
+        }
+        ControllerResponse::Error(e) => Err(e),
+        other => Err(ApiError::new(ErrorCode::UnknownServerError, format!("unexpected controller answer {other:?}"))),
+    }
+}
+
+async fn track(State(ctx): Ctx, request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_string();
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    ctx.metrics.observe(&method, &route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+async fn not_found() -> HttpError {
+    HttpError(ApiError::new(ErrorCode::InvalidRequest, "no such endpoint; see /v1/openapi.json"))
+}
+
+pub fn router(ctx: Arc<NodeContext>) -> Router {
+    Router::new()
+        .route("/health", get(cluster::health))
+        .route("/ready", get(cluster::ready))
+        .route("/metrics", get(cluster::metrics))
+        .route("/v1/openapi.json", get(openapi::document))
+        .route("/v1/cluster", get(cluster::cluster))
+        .route("/v1/brokers", get(cluster::brokers))
+        .route("/v1/groups", get(cluster::groups))
+        .route("/v1/groups/{id}", get(cluster::group))
+        .route("/v1/topics", get(topics::list).post(topics::create))
+        .route("/v1/topics/{name}", get(topics::describe).delete(topics::delete))
+        .route("/v1/topics/{name}/partitions", post(topics::add_partitions))
+        .route("/v1/topics/{name}/configs", get(topics::configs).patch(topics::alter_configs))
+        .route("/v1/partitions/{topic}/{partition}/elect-leader", post(topics::elect_leader))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(ctx.clone(), track))
+        .with_state(ctx)
+}
+
+/// Serves the admin API on `listener` until `shutdown` turns true.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    ctx: Arc<NodeContext>,
+    mut shutdown: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(ctx))
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await
+}

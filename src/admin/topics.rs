@@ -1,0 +1,194 @@
+//! Topic and partition endpoints: list, create, describe, delete, add
+//! partitions, configs, and operator leader elections.
+
+use std::collections::BTreeMap;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use strom_raft::{MetadataImage, PartitionRegistration, TopicImage};
+
+use super::{controller_write, ApiResult, Ctx, HttpError};
+use crate::controller::protocol::{ControllerRequest, ElectionType};
+use crate::error::{ApiError, ErrorCode};
+use crate::node::NodeContext;
+
+fn unknown_topic(name: &str) -> HttpError {
+    HttpError(ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("topic `{name}` does not exist")))
+}
+
+fn partition_json(image: &MetadataImage, index: i32, p: &PartitionRegistration) -> Value {
+    let replica_states: BTreeMap<String, &str> =
+        p.replicas.iter().map(|b| (b.to_string(), image.replica_state(p, *b).as_str())).collect();
+    json!({
+        "partition": index,
+        "leader": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "partition_epoch": p.partition_epoch,
+        "replicas": p.replicas,
+        "isr": p.isr,
+        "state": image.partition_state(p).as_str(),
+        "replica_states": replica_states,
+        // The partition log arrives with the Kafka front end.
+        "high_watermark": null,
+        "log_start_offset": null,
+        "log_end_offset": null,
+    })
+}
+
+fn topic_json(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage) -> Value {
+    let partitions: Vec<Value> = topic.partitions.iter().map(|(i, p)| partition_json(image, *i, p)).collect();
+    json!({
+        "name": topic.name,
+        "topic_id": topic.topic_id.to_string(),
+        "configs": ctx.settings.topic_effective(&topic.configs),
+        "partitions": partitions,
+    })
+}
+
+fn describe_now(ctx: &NodeContext, name: &str) -> ApiResult<Json<Value>> {
+    let image = ctx.quorum.image();
+    let topic = image.topics.get(name).ok_or_else(|| unknown_topic(name))?;
+    Ok(Json(topic_json(ctx, &image, topic)))
+}
+
+pub async fn list(State(ctx): Ctx) -> Json<Vec<Value>> {
+    let image = ctx.quorum.image();
+    Json(
+        image
+            .topics
+            .values()
+            .map(|t| {
+                let rf = t.partitions.values().next().map_or(0, |p| p.replicas.len());
+                json!({"name": t.name, "partitions": t.partitions.len(), "replication_factor": rf})
+            })
+            .collect(),
+    )
+}
+
+/// A config value as JSON sends it: a string, number or boolean (or null to reset).
+fn config_value(key: &str, v: &Value) -> Result<Option<String>, ApiError> {
+    match v {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s.clone())),
+        Value::Number(n) => Ok(Some(n.to_string())),
+        Value::Bool(b) => Ok(Some(b.to_string())),
+        _ => Err(ApiError::new(ErrorCode::InvalidConfig, format!("config `{key}` must be a string, number or boolean"))),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTopic {
+    name: String,
+    partitions: Option<i64>,
+    replication_factor: Option<i64>,
+    #[serde(default)]
+    configs: BTreeMap<String, Value>,
+}
+
+pub async fn create(State(ctx): Ctx, body: Result<Json<CreateTopic>, JsonRejection>) -> ApiResult<(StatusCode, Json<Value>)> {
+    let Json(body) = body?;
+    let mut configs = BTreeMap::new();
+    for (k, v) in &body.configs {
+        match config_value(k, v)? {
+            Some(v) => configs.insert(k.clone(), v),
+            None => return Err(ApiError::new(ErrorCode::InvalidConfig, format!("config `{k}` is null")).into()),
+        };
+    }
+    let request = ControllerRequest::CreateTopic {
+        name: body.name.clone(),
+        partitions: body.partitions.unwrap_or_else(|| ctx.settings.int("num.partitions").unwrap_or(1)),
+        replication_factor: body
+            .replication_factor
+            .unwrap_or_else(|| ctx.settings.int("default.replication.factor").unwrap_or(1)),
+        configs,
+    };
+    controller_write(&ctx, request).await?;
+    Ok((StatusCode::CREATED, describe_now(&ctx, &body.name)?))
+}
+
+pub async fn describe(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    describe_now(&ctx, &name)
+}
+
+pub async fn delete(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<StatusCode> {
+    controller_write(&ctx, ControllerRequest::DeleteTopic { name }).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AddPartitions {
+    count: i64,
+}
+
+pub async fn add_partitions(
+    State(ctx): Ctx,
+    Path(name): Path<String>,
+    body: Result<Json<AddPartitions>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    let Json(body) = body?;
+    controller_write(&ctx, ControllerRequest::CreatePartitions { name: name.clone(), count: body.count }).await?;
+    describe_now(&ctx, &name)
+}
+
+pub async fn configs(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    let image = ctx.quorum.image();
+    let topic = image.topics.get(&name).ok_or_else(|| unknown_topic(&name))?;
+    Ok(Json(json!(ctx.settings.topic_effective(&topic.configs))))
+}
+
+pub async fn alter_configs(
+    State(ctx): Ctx,
+    Path(name): Path<String>,
+    body: Result<Json<BTreeMap<String, Value>>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    let Json(body) = body?;
+    let mut changes = BTreeMap::new();
+    for (k, v) in &body {
+        changes.insert(k.clone(), config_value(k, v)?);
+    }
+    controller_write(&ctx, ControllerRequest::AlterConfigs { name: name.clone(), changes }).await?;
+    configs(State(ctx), Path(name)).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElectLeader {
+    #[serde(rename = "type")]
+    election: String,
+}
+
+pub async fn elect_leader(
+    State(ctx): Ctx,
+    Path((topic, partition)): Path<(String, String)>,
+    body: Result<Json<ElectLeader>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    let Json(body) = body?;
+    let partition: i32 = partition
+        .parse()
+        .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, format!("partition `{partition}` is not a number")))?;
+    let election = match body.election.as_str() {
+        "preferred" => ElectionType::Preferred,
+        "unclean" => ElectionType::Unclean,
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("election type must be \"preferred\" or \"unclean\", got {other:?}"),
+            )
+            .into())
+        }
+    };
+    controller_write(&ctx, ControllerRequest::ElectLeader { topic: topic.clone(), partition, election }).await?;
+    let image = ctx.quorum.image();
+    let p = image
+        .topics
+        .get(&topic)
+        .and_then(|t| t.partitions.get(&partition))
+        .ok_or_else(|| unknown_topic(&topic))?;
+    Ok(Json(partition_json(&image, partition, p)))
+}

@@ -1,0 +1,255 @@
+//! The admin subcommands: thin clients of the HTTP admin API that print
+//! readable tables, or the API's JSON with `--json`. Exit 0 on success, 1 on
+//! an API error (its code and message on stderr).
+
+mod table;
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use table::Table;
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    /// Any node's admin API.
+    #[arg(long, env = "STROM_ADMIN", default_value = "http://127.0.0.1:9644", global = true)]
+    admin_url: String,
+    /// Print the API's JSON instead of a table.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicCommand {
+    Create {
+        name: String,
+        #[arg(long)]
+        partitions: i64,
+        #[arg(long)]
+        replication_factor: i64,
+        /// K=V topic config; repeatable.
+        #[arg(long = "config", value_name = "K=V")]
+        configs: Vec<String>,
+    },
+    List,
+    Describe { name: String },
+    Delete { name: String },
+    AddPartitions {
+        name: String,
+        /// The new total number of partitions.
+        #[arg(long)]
+        count: i64,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    List,
+    Describe { group: String },
+}
+
+/// An admin command's failure: the message for stderr.
+type CliResult = Result<(), String>;
+
+/// Runs a command with a runtime and turns its result into an exit code.
+pub fn exit<R>(runtime: Result<R, String>, f: impl FnOnce(R) -> CliResult) -> ExitCode {
+    match runtime.and_then(f) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+struct Api {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Api {
+    fn new(args: &AdminArgs) -> Self {
+        let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(15)).build().unwrap_or_default();
+        Self { base: args.admin_url.trim_end_matches('/').to_string(), http }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+        let url = format!("{}{path}", self.base);
+        let mut req = self.http.request(method, &url);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.map_err(|e| format!("cannot reach the admin API at {url}: {e}"))?;
+        let status = resp.status();
+        let text = resp.text().await.map_err(|e| format!("reading the answer from {url}: {e}"))?;
+        let value: Value = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        if status.is_success() {
+            Ok(value)
+        } else {
+            let code = value.get("error").and_then(Value::as_str).unwrap_or("HTTP_ERROR");
+            let message = value.get("message").and_then(Value::as_str).map_or_else(|| value.to_string(), str::to_string);
+            Err(format!("{code}: {message} (HTTP {})", status.as_u16()))
+        }
+    }
+
+    async fn get(&self, path: &str) -> Result<Value, String> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) => a.iter().map(s).collect::<Vec<_>>().join(","),
+        other => other.to_string(),
+    }
+}
+
+fn describe_topic(t: &Value) {
+    println!("Topic: {}  id: {}", s(&t["name"]), s(&t["topic_id"]));
+    if let Some(configs) = t["configs"].as_object() {
+        let shown: Vec<String> = configs.iter().map(|(k, v)| format!("{k}={}", s(v))).collect();
+        println!("Configs: {}", shown.join(" "));
+    }
+    let mut table = Table::new(&["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "STATE", "LOG-START", "LOG-END", "HW"]);
+    for p in t["partitions"].as_array().into_iter().flatten() {
+        table.row(vec![
+            s(&p["partition"]),
+            s(&p["leader"]),
+            s(&p["leader_epoch"]),
+            s(&p["replicas"]),
+            s(&p["isr"]),
+            s(&p["state"]),
+            s(&p["log_start_offset"]),
+            s(&p["log_end_offset"]),
+            s(&p["high_watermark"]),
+        ]);
+    }
+    print!("{table}");
+}
+
+fn parse_configs(pairs: &[String]) -> Result<Value, String> {
+    let mut map = serde_json::Map::new();
+    for pair in pairs {
+        let (k, v) = pair.split_once('=').ok_or_else(|| format!("--config `{pair}` is not K=V"))?;
+        map.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    Ok(Value::Object(map))
+}
+
+pub async fn topic(args: AdminArgs, command: TopicCommand) -> CliResult {
+    let api = Api::new(&args);
+    let result = match command {
+        TopicCommand::Create { name, partitions, replication_factor, configs } => {
+            let body = json!({"name": name, "partitions": partitions, "replication_factor": replication_factor,
+                              "configs": parse_configs(&configs)?});
+            api.call(reqwest::Method::POST, "/v1/topics", Some(body)).await?
+        }
+        TopicCommand::List => {
+            let topics = api.get("/v1/topics").await?;
+            if !args.json {
+                let mut table = Table::new(&["NAME", "PARTITIONS", "REPLICATION-FACTOR"]);
+                for t in topics.as_array().into_iter().flatten() {
+                    table.row(vec![s(&t["name"]), s(&t["partitions"]), s(&t["replication_factor"])]);
+                }
+                print!("{table}");
+                return Ok(());
+            }
+            topics
+        }
+        TopicCommand::Describe { name } => api.get(&format!("/v1/topics/{name}")).await?,
+        TopicCommand::Delete { name } => {
+            api.call(reqwest::Method::DELETE, &format!("/v1/topics/{name}"), None).await?;
+            if !args.json {
+                println!("Deleted topic {name}");
+            }
+            return Ok(());
+        }
+        TopicCommand::AddPartitions { name, count } => {
+            api.call(reqwest::Method::POST, &format!("/v1/topics/{name}/partitions"), Some(json!({"count": count}))).await?
+        }
+    };
+    if args.json {
+        print_json(&result);
+    } else {
+        describe_topic(&result);
+    }
+    Ok(())
+}
+
+pub async fn group(args: AdminArgs, command: GroupCommand) -> CliResult {
+    let api = Api::new(&args);
+    match command {
+        GroupCommand::List => {
+            let groups = api.get("/v1/groups").await?;
+            if args.json {
+                print_json(&groups);
+                return Ok(());
+            }
+            let mut table = Table::new(&["GROUP", "STATE", "MEMBERS", "PROTOCOL"]);
+            for g in groups.as_array().into_iter().flatten() {
+                table.row(vec![s(&g["group_id"]), s(&g["state"]), s(&g["members"]), s(&g["protocol"])]);
+            }
+            print!("{table}");
+        }
+        GroupCommand::Describe { group } => {
+            let g = api.get(&format!("/v1/groups/{group}")).await?;
+            if args.json {
+                print_json(&g);
+                return Ok(());
+            }
+            println!("Group: {}  state: {}  generation: {}  protocol: {}", s(&g["group_id"]), s(&g["state"]), s(&g["generation"]), s(&g["protocol"]));
+            let mut members = Table::new(&["MEMBER", "CLIENT", "HOST", "ASSIGNMENT"]);
+            for m in g["members"].as_array().into_iter().flatten() {
+                let assignment: Vec<String> = m["assignment"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|a| format!("{}:{}", s(&a["topic"]), s(&a["partitions"])))
+                    .collect();
+                members.row(vec![s(&m["member_id"]), s(&m["client_id"]), s(&m["host"]), assignment.join(" ")]);
+            }
+            print!("{members}");
+            let mut offsets = Table::new(&["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG"]);
+            for o in g["offsets"].as_array().into_iter().flatten() {
+                offsets.row(vec![s(&o["topic"]), s(&o["partition"]), s(&o["committed"]), s(&o["log_end_offset"]), s(&o["lag"])]);
+            }
+            print!("{offsets}");
+        }
+    }
+    Ok(())
+}
+
+pub async fn cluster_info(args: AdminArgs) -> CliResult {
+    let api = Api::new(&args);
+    let c = api.get("/v1/cluster").await?;
+    if args.json {
+        print_json(&c);
+        return Ok(());
+    }
+    let q = &c["quorum"];
+    println!("Cluster: {}", s(&c["cluster_id"]));
+    println!("Controller: {}", s(&c["controller_id"]));
+    println!(
+        "Quorum: leader {}  term {}  commit index {}  voters [{}]  observers [{}]",
+        s(&q["leader_id"]),
+        s(&q["term"]),
+        s(&q["commit_index"]),
+        s(&q["voters"]),
+        s(&q["observers"])
+    );
+    let mut table = Table::new(&["ID", "KAFKA", "ADMIN", "STATE", "CONTROLLER"]);
+    for b in c["brokers"].as_array().into_iter().flatten() {
+        let ctl = if b["is_controller"].as_bool() == Some(true) { "yes" } else { "" };
+        table.row(vec![s(&b["id"]), s(&b["kafka"]), s(&b["admin"]), s(&b["state"]), ctl.into()]);
+    }
+    print!("{table}");
+    Ok(())
+}

@@ -1,0 +1,268 @@
+//! `strom cluster`: starts N nodes as child processes of this binary, waits
+//! until every node is registered and a controller is elected, writes
+//! `DIR/cluster.json` atomically and prints the same table, then stays in the
+//! foreground. SIGINT/SIGTERM stops every node gracefully; a node that dies is
+//! reported, not restarted. Re-running on an existing DIR restarts the same
+//! nodes (the `argv` recorded in cluster.json) with their data.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+/// How long the cluster may take to come up.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long nodes get to stop after SIGTERM before SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// Number of nodes.
+    #[arg(long)]
+    pub nodes: u16,
+    /// Directory for node data and cluster.json.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Voters are nodes 1..K (default: min(N, 3)); the rest are observers.
+    #[arg(long)]
+    pub voters: Option<u16>,
+    #[arg(long, default_value_t = 9092)]
+    pub kafka_base: u16,
+    #[arg(long, default_value_t = 9644)]
+    pub admin_base: u16,
+    #[arg(long, default_value_t = 19092)]
+    pub raft_base: u16,
+    /// KEY=VALUE setting passed to every node; repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+}
+
+impl ClusterArgs {
+    pub fn validate(&self) -> Result<(), String> {
+        if self.nodes == 0 {
+            return Err("--nodes: must be at least 1".into());
+        }
+        let voters = self.voters();
+        if voters == 0 || voters > self.nodes {
+            return Err(format!("--voters: must be between 1 and --nodes ({}), got {voters}", self.nodes));
+        }
+        for (flag, base) in [("--kafka-base", self.kafka_base), ("--admin-base", self.admin_base), ("--raft-base", self.raft_base)] {
+            if base as u32 + self.nodes as u32 - 1 > u16::MAX as u32 {
+                return Err(format!("{flag}: {base} + {} nodes runs past port 65535", self.nodes));
+            }
+        }
+        let mut settings = crate::config::Settings::default();
+        for pair in &self.set {
+            settings.set_pair(pair).map_err(|e| format!("--set {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn voters(&self) -> u16 {
+        self.voters.unwrap_or(self.nodes.min(3))
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeEntry {
+    pub id: u16,
+    pub pid: u32,
+    pub kafka: String,
+    pub admin: String,
+    pub raft: String,
+    pub data_dir: PathBuf,
+    pub argv: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClusterFile {
+    pub bootstrap: String,
+    pub nodes: Vec<NodeEntry>,
+}
+
+fn node_entries(args: &ClusterArgs, exe: &Path, dir: &Path) -> Vec<NodeEntry> {
+    let addr = |base: u16, i: u16| format!("127.0.0.1:{}", base + i - 1);
+    let quorum: Vec<String> = (1..=args.voters()).map(|i| format!("{i}@{}", addr(args.raft_base, i))).collect();
+    (1..=args.nodes)
+        .map(|i| {
+            let data_dir = dir.join(format!("node-{i}"));
+            let (kafka, admin, raft) = (addr(args.kafka_base, i), addr(args.admin_base, i), addr(args.raft_base, i));
+            let mut argv = vec![
+                exe.display().to_string(),
+                "serve".into(),
+                "--node-id".into(),
+                i.to_string(),
+                "--data-dir".into(),
+                data_dir.display().to_string(),
+                "--kafka".into(),
+                kafka.clone(),
+                "--admin".into(),
+                admin.clone(),
+                "--raft".into(),
+                raft.clone(),
+                "--quorum".into(),
+                quorum.join(","),
+            ];
+            for pair in &args.set {
+                argv.push("--set".into());
+                argv.push(pair.clone());
+            }
+            NodeEntry { id: i, pid: 0, kafka, admin, raft, data_dir, argv }
+        })
+        .collect()
+}
+
+/// The node list: from an existing cluster.json when it matches, else new.
+fn plan(args: &ClusterArgs, dir: &Path) -> Result<Vec<NodeEntry>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+    let path = dir.join("cluster.json");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let existing: ClusterFile =
+            serde_json::from_str(&text).map_err(|e| format!("{} is not a valid cluster file: {e}", path.display()))?;
+        if existing.nodes.len() == args.nodes as usize {
+            tracing::info!(dir = %dir.display(), "restarting the existing cluster with its data");
+            return Ok(existing.nodes);
+        }
+        return Err(format!(
+            "{} describes {} nodes, not {}; use another --dir",
+            path.display(),
+            existing.nodes.len(),
+            args.nodes
+        ));
+    }
+    Ok(node_entries(args, &exe, dir))
+}
+
+fn spawn(node: &NodeEntry, dir: &Path) -> Result<Child, String> {
+    let log_path = dir.join(format!("node-{}.log", node.id));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| format!("cannot open {}: {e}", log_path.display()))?;
+    let err_log = log.try_clone().map_err(|e| e.to_string())?;
+    Command::new(&node.argv[0])
+        .args(&node.argv[1..])
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(err_log)
+        .spawn()
+        .map_err(|e| format!("cannot start node {}: {e}", node.id))
+}
+
+async fn cluster_view(http: &reqwest::Client, admin: &str) -> Option<Value> {
+    let resp = http.get(format!("http://{admin}/v1/cluster")).send().await.ok()?;
+    resp.json().await.ok()
+}
+
+/// Every node answers, agrees on a controller and sees every broker active.
+async fn is_up(http: &reqwest::Client, nodes: &[NodeEntry]) -> bool {
+    for node in nodes {
+        let Some(view) = cluster_view(http, &node.admin).await else { return false };
+        let active = view["brokers"].as_array().map_or(0, |b| b.iter().filter(|b| b["state"] == "active").count());
+        if view["controller_id"].is_null() || active < nodes.len() {
+            return false;
+        }
+    }
+    true
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
+        .and_then(|_| std::fs::rename(&tmp, path))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Sends `sig` to a child we started; an already-exited child is fine.
+fn signal(pid: u32, sig: Signal) {
+    if let Ok(pid) = i32::try_from(pid) {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), sig);
+    }
+}
+
+pub async fn run(args: ClusterArgs) -> Result<(), String> {
+    std::fs::create_dir_all(&args.dir).map_err(|e| format!("cannot create {}: {e}", args.dir.display()))?;
+    let dir = std::fs::canonicalize(&args.dir).map_err(|e| e.to_string())?;
+    let mut nodes = plan(&args, &dir)?;
+    let mut children = Vec::new();
+    for node in &mut nodes {
+        let child = spawn(node, &dir)?;
+        node.pid = child.id().unwrap_or(0);
+        children.push(Some(child));
+    }
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().map_err(|e| e.to_string())?;
+    let started = Instant::now();
+    while !is_up(&http, &nodes).await {
+        if started.elapsed() > STARTUP_TIMEOUT {
+            stop_all(&nodes, &mut children).await;
+            return Err(format!("the cluster did not come up within {STARTUP_TIMEOUT:?}; see {}/node-*.log", dir.display()));
+        }
+        for (node, child) in nodes.iter().zip(children.iter_mut()) {
+            if let Some(Ok(Some(status))) = child.as_mut().map(Child::try_wait) {
+                stop_all(&nodes, &mut children).await;
+                return Err(format!("node {} exited during startup ({status}); see {}/node-{}.log", node.id, dir.display(), node.id));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let file = ClusterFile {
+        bootstrap: nodes.iter().map(|n| n.kafka.clone()).collect::<Vec<_>>().join(","),
+        nodes: nodes.clone(),
+    };
+    let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
+    write_atomically(&dir.join("cluster.json"), &text)?;
+    println!("{text}");
+    println!("cluster up in {:.1}s: {} nodes, bootstrap {}", started.elapsed().as_secs_f64(), nodes.len(), file.bootstrap);
+    supervise(&nodes, &mut children).await;
+    stop_all(&nodes, &mut children).await;
+    Ok(())
+}
+
+/// Waits for SIGINT/SIGTERM, reporting nodes that exit on their own.
+async fn supervise(nodes: &[NodeEntry], children: &mut [Option<Child>]) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return;
+    };
+    let mut poll = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = int.recv() => return,
+            _ = poll.tick() => {}
+        }
+        for (node, slot) in nodes.iter().zip(children.iter_mut()) {
+            if let Some(child) = slot {
+                if let Ok(Some(status)) = child.try_wait() {
+                    println!("node {} (pid {}) exited: {status}; not restarting it (argv in cluster.json)", node.id, node.pid);
+                    *slot = None;
+                }
+            }
+        }
+    }
+}
+
+async fn stop_all(nodes: &[NodeEntry], children: &mut [Option<Child>]) {
+    for (node, child) in nodes.iter().zip(children.iter()) {
+        if let Some(pid) = child.as_ref().and_then(Child::id) {
+            tracing::info!(node = node.id, pid, "stopping node");
+            signal(pid, Signal::SIGTERM);
+        }
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    for child in children.iter_mut().flatten() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if tokio::time::timeout(left, child.wait()).await.is_err() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+}

@@ -1,0 +1,102 @@
+//! Broker liveness on the controller: heartbeats are kept in memory, never
+//! logged (KIP-631). A broker whose heartbeats stop for
+//! `broker.session.timeout.ms` is due to be fenced; a new controller gives
+//! every registered broker a fresh session when it takes over.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use strom_raft::{BrokerState, MetadataImage};
+
+#[derive(Debug)]
+pub struct Liveness {
+    session_timeout: Duration,
+    last_seen: HashMap<i32, Instant>,
+    /// The metadata log index of each broker's latest registration: it is
+    /// unfenced once it has applied that far.
+    registered_at: HashMap<i32, u64>,
+}
+
+impl Liveness {
+    pub fn new(session_timeout: Duration) -> Self {
+        Self { session_timeout, last_seen: HashMap::new(), registered_at: HashMap::new() }
+    }
+
+    /// A new controller: every broker starts a fresh session now.
+    pub fn reset(&mut self, image: &MetadataImage, now: Instant) {
+        self.last_seen = image.brokers.keys().map(|&b| (b, now)).collect();
+        self.registered_at.clear();
+    }
+
+    pub fn heartbeat(&mut self, broker_id: i32, now: Instant) {
+        self.last_seen.insert(broker_id, now);
+    }
+
+    pub fn registered(&mut self, broker_id: i32, index: u64, now: Instant) {
+        self.registered_at.insert(broker_id, index);
+        self.heartbeat(broker_id, now);
+    }
+
+    /// Whether a fenced broker that has applied up to `applied_index` may be unfenced.
+    pub fn caught_up(&self, broker_id: i32, applied_index: u64) -> bool {
+        applied_index >= self.registered_at.get(&broker_id).copied().unwrap_or(0)
+    }
+
+    /// Unfenced brokers (active or shutting down) whose session expired.
+    pub fn expired(&self, image: &MetadataImage, now: Instant) -> Vec<i32> {
+        image
+            .brokers
+            .values()
+            .filter(|b| b.state != BrokerState::Fenced)
+            .filter(|b| {
+                self.last_seen.get(&b.broker_id).is_none_or(|&seen| now.saturating_duration_since(seen) > self.session_timeout)
+            })
+            .map(|b| b.broker_id)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strom_raft::MetadataRecord;
+
+    fn image() -> MetadataImage {
+        let mut img = MetadataImage::default();
+        for b in 1..=3 {
+            img.apply(&MetadataRecord::RegisterBroker {
+                broker_id: b,
+                incarnation_id: 1,
+                kafka: String::new(),
+                admin: String::new(),
+                raft: String::new(),
+            })
+            .expect("register");
+        }
+        for b in 1..=2 {
+            img.apply(&MetadataRecord::BrokerRegistrationChange { broker_id: b, state: BrokerState::Active })
+                .expect("activate");
+        }
+        img
+    }
+
+    #[test]
+    fn silent_unfenced_brokers_expire() {
+        let img = image();
+        let t0 = Instant::now();
+        let mut l = Liveness::new(Duration::from_millis(100));
+        l.reset(&img, t0);
+        assert!(l.expired(&img, t0 + Duration::from_millis(50)).is_empty());
+        l.heartbeat(2, t0 + Duration::from_millis(90));
+        assert_eq!(l.expired(&img, t0 + Duration::from_millis(150)), vec![1], "3 is already fenced");
+    }
+
+    #[test]
+    fn caught_up_compares_with_registration_index() {
+        let mut l = Liveness::new(Duration::from_millis(100));
+        l.registered(3, 40, Instant::now());
+        assert!(!l.caught_up(3, 39));
+        assert!(l.caught_up(3, 40));
+        assert!(l.caught_up(7, 0), "unknown registration: nothing to wait for");
+    }
+}

@@ -1,0 +1,319 @@
+//! The controller role, active on whichever node leads the metadata quorum.
+//!
+//! It decides and proposes; it never mutates state itself. Requests
+//! (registration, heartbeats, topic changes, elections) are checked against
+//! the applied image and turned into records by the pure functions in
+//! [`topics`] and [`election`]; one write lock serializes decide-and-propose so
+//! every decision sees the effect of the previous one. A background tick
+//! follows quorum leadership and fences brokers whose sessions expire.
+
+pub mod client;
+pub mod election;
+pub mod liveness;
+pub mod placement;
+pub mod protocol;
+pub mod topics;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use strom_raft::quorum::ProposeError;
+use strom_raft::{BrokerState, MetadataImage, MetadataRecord, Quorum, TopicId};
+use tokio::sync::watch;
+
+use crate::config::Settings;
+use crate::error::{ApiError, ErrorCode};
+use liveness::Liveness;
+use protocol::{ControllerRequest, ControllerResponse};
+
+/// How long one proposal may wait for the quorum.
+pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often the controller checks leadership and broker sessions.
+pub const TICK: Duration = Duration::from_millis(100);
+
+pub struct Controller {
+    broker_id: i32,
+    settings: Arc<Settings>,
+    quorum: OnceLock<Arc<Quorum>>,
+    write_lock: tokio::sync::Mutex<()>,
+    liveness: Mutex<Liveness>,
+    active: AtomicBool,
+}
+
+impl Controller {
+    pub fn new(broker_id: i32, settings: Arc<Settings>) -> Self {
+        let session = Duration::from_millis(settings.u64("broker.session.timeout.ms"));
+        Self {
+            broker_id,
+            settings,
+            quorum: OnceLock::new(),
+            write_lock: tokio::sync::Mutex::new(()),
+            liveness: Mutex::new(Liveness::new(session)),
+            active: AtomicBool::new(false),
+        }
+    }
+
+    /// Gives the controller its quorum (once, right after the quorum starts).
+    pub fn attach(&self, quorum: Arc<Quorum>) {
+        let _ = self.quorum.set(quorum);
+    }
+
+    fn quorum(&self) -> Option<&Arc<Quorum>> {
+        self.quorum.get()
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Acquire)
+    }
+
+    fn liveness(&self) -> std::sync::MutexGuard<'_, Liveness> {
+        // A poisoned lock only means another request panicked mid-update of
+        // in-memory heartbeat times; those stay usable.
+        self.liveness.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn not_controller(&self) -> ControllerResponse {
+        let (leader, leader_addr) = match self.quorum() {
+            Some(q) => {
+                let leader = q.leader();
+                (leader, leader.and_then(|l| q.member_addr(l)))
+            }
+            None => (None, None),
+        };
+        ControllerResponse::NotController { leader, leader_addr }
+    }
+
+    /// Handles one request; answers `NotController` unless this node is the
+    /// active controller.
+    pub async fn handle(&self, request: ControllerRequest) -> ControllerResponse {
+        let Some(quorum) = self.quorum().cloned() else { return self.not_controller() };
+        if !self.is_active() || !quorum.is_leader() {
+            return self.not_controller();
+        }
+        let result = match request {
+            ControllerRequest::Heartbeat { broker_id, incarnation_id, applied_index } => {
+                return self.heartbeat(&quorum, broker_id, incarnation_id, applied_index).await;
+            }
+            ControllerRequest::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft } => {
+                self.register(&quorum, broker_id, incarnation_id, kafka, admin, raft).await
+            }
+            ControllerRequest::ControlledShutdown { broker_id, incarnation_id } => {
+                self.controlled_shutdown(&quorum, broker_id, incarnation_id).await
+            }
+            other => self.admin_write(&quorum, other).await,
+        };
+        match result {
+            Ok(index) => ControllerResponse::Done { index },
+            Err(e) => ControllerResponse::Error(e),
+        }
+    }
+
+    async fn propose(&self, quorum: &Quorum, records: Vec<MetadataRecord>) -> Result<u64, ApiError> {
+        if records.is_empty() {
+            return Ok(0);
+        }
+        quorum.propose(records, PROPOSE_TIMEOUT).await.map_err(|e| match e {
+            ProposeError::NotLeader { .. } => ApiError::new(ErrorCode::NotController, e.to_string()),
+            ProposeError::Timeout(_) => ApiError::new(ErrorCode::RequestTimedOut, e.to_string()),
+            ProposeError::Fatal(_) => ApiError::new(ErrorCode::UnknownServerError, e.to_string()),
+        })
+    }
+
+    fn unclean_default(&self) -> bool {
+        self.settings.bool("unclean.leader.election.enable")
+    }
+
+    async fn heartbeat(&self, quorum: &Quorum, broker_id: i32, incarnation_id: u64, applied: u64) -> ControllerResponse {
+        let image = quorum.image();
+        let Some(broker) = image.brokers.get(&broker_id).filter(|b| b.incarnation_id == incarnation_id) else {
+            return ControllerResponse::UnknownBroker;
+        };
+        self.liveness().heartbeat(broker_id, Instant::now());
+        if broker.state != BrokerState::Fenced || !self.liveness().caught_up(broker_id, applied) {
+            return ControllerResponse::Heartbeat { fenced: broker.state == BrokerState::Fenced, index: 0 };
+        }
+        let _guard = self.write_lock.lock().await;
+        let image = quorum.image();
+        if !image.brokers.get(&broker_id).is_some_and(|b| b.state == BrokerState::Fenced && b.incarnation_id == incarnation_id) {
+            return ControllerResponse::Heartbeat { fenced: false, index: 0 };
+        }
+        let mut records = vec![MetadataRecord::BrokerRegistrationChange { broker_id, state: BrokerState::Active }];
+        let mut after = (*image).clone();
+        for r in &records {
+            let _ = after.apply(r);
+        }
+        records.extend(election::elections_for_returning(&after, broker_id));
+        match self.propose(quorum, records).await {
+            Ok(index) => {
+                tracing::info!(broker_id, "broker unfenced");
+                ControllerResponse::Heartbeat { fenced: false, index }
+            }
+            Err(e) => ControllerResponse::Error(e),
+        }
+    }
+
+    async fn register(
+        &self,
+        quorum: &Quorum,
+        broker_id: i32,
+        incarnation_id: u64,
+        kafka: String,
+        admin: String,
+        raft: String,
+    ) -> Result<u64, ApiError> {
+        let _guard = self.write_lock.lock().await;
+        let node_id = u64::try_from(broker_id).map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "bad broker id"))?;
+        if !quorum.voters().contains_key(&node_id) {
+            quorum.add_learner(node_id, raft.clone(), PROPOSE_TIMEOUT).await.map_err(|e| {
+                ApiError::new(ErrorCode::RequestTimedOut, format!("adding observer {broker_id}: {e}"))
+            })?;
+        }
+        let image = quorum.image();
+        if image.brokers.get(&broker_id).is_some_and(|b| b.incarnation_id == incarnation_id) {
+            self.liveness().heartbeat(broker_id, Instant::now());
+            return Ok(0);
+        }
+        let mut records = vec![MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft }];
+        if image.brokers.contains_key(&broker_id) {
+            // A restarted broker lost its in-memory state: nothing stays led by it.
+            records.extend(election::elections_without(&image, broker_id, self.unclean_default()));
+        }
+        let index = self.propose(quorum, records).await?;
+        self.liveness().registered(broker_id, index, Instant::now());
+        tracing::info!(broker_id, index, "broker registered");
+        Ok(index)
+    }
+
+    async fn controlled_shutdown(&self, quorum: &Quorum, broker_id: i32, incarnation_id: u64) -> Result<u64, ApiError> {
+        let _guard = self.write_lock.lock().await;
+        let image = quorum.image();
+        if !image.brokers.get(&broker_id).is_some_and(|b| b.incarnation_id == incarnation_id) {
+            return Ok(0);
+        }
+        let mut records =
+            vec![MetadataRecord::BrokerRegistrationChange { broker_id, state: BrokerState::ShuttingDown }];
+        records.extend(election::elections_without(&image, broker_id, self.unclean_default()));
+        let moved = records.len() - 1;
+        let index = self.propose(quorum, records).await?;
+        tracing::info!(broker_id, partitions_changed = moved, "broker in controlled shutdown");
+        Ok(index)
+    }
+
+    async fn admin_write(&self, quorum: &Quorum, request: ControllerRequest) -> Result<u64, ApiError> {
+        let _guard = self.write_lock.lock().await;
+        let image = quorum.image();
+        let start = rand::thread_rng().gen_range(0..image.brokers.len().max(1));
+        let records = match &request {
+            ControllerRequest::CreateTopic { name, partitions, replication_factor, configs } => {
+                let random = topics::Randomness { topic_id: TopicId(rand::random()), placement_start: start };
+                topics::create_topic(&image, name, *partitions, *replication_factor, configs, random)?
+            }
+            ControllerRequest::DeleteTopic { name } => topics::delete_topic(&image, name)?,
+            ControllerRequest::CreatePartitions { name, count } => topics::create_partitions(&image, name, *count, start)?,
+            ControllerRequest::AlterConfigs { name, changes } => topics::alter_configs(&image, name, changes)?,
+            ControllerRequest::ElectLeader { topic, partition, election } => {
+                let unknown = || {
+                    ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("no partition {topic}-{partition}"))
+                };
+                let t = image.topics.get(topic).ok_or_else(unknown)?;
+                let p = t.partitions.get(partition).ok_or_else(unknown)?;
+                vec![election::elect(&image, t, *partition, p, *election)?]
+            }
+            _ => return Err(ApiError::new(ErrorCode::InvalidRequest, "not an admin request")),
+        };
+        let index = self.propose(quorum, records).await?;
+        log_admin_write(&request, index);
+        Ok(index)
+    }
+
+    /// Follows quorum leadership and fences expired brokers, until `shutdown`.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(TICK);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = shutdown.changed() => return,
+            }
+            let Some(quorum) = self.quorum().cloned() else { continue };
+            let leader = quorum.is_leader();
+            if leader && !self.is_active() {
+                self.activate(&quorum).await;
+            } else if !leader && self.is_active() {
+                self.active.store(false, Ordering::Release);
+                tracing::info!(broker_id = self.broker_id, "no longer the controller");
+            }
+            if self.is_active() {
+                self.fence_expired(&quorum).await;
+            }
+        }
+    }
+
+    /// Takes over as controller: commits a record of its own term so every
+    /// earlier entry is applied before the first decision, then gives every
+    /// broker a fresh session.
+    async fn activate(&self, quorum: &Quorum) {
+        let _guard = self.write_lock.lock().await;
+        let image = quorum.image();
+        let records = match &image.cluster_id {
+            None => vec![MetadataRecord::ClusterId { cluster_id: new_cluster_id() }],
+            Some(_) => Vec::new(),
+        };
+        if let Err(e) = quorum.propose(records, PROPOSE_TIMEOUT).await {
+            tracing::warn!(error = %e, "could not take over as controller yet");
+            return;
+        }
+        self.liveness().reset(&quorum.image(), Instant::now());
+        self.active.store(true, Ordering::Release);
+        tracing::info!(broker_id = self.broker_id, term = quorum.metrics().current_term, "elected controller");
+    }
+
+    async fn fence_expired(&self, quorum: &Quorum) {
+        let expired = self.liveness().expired(&quorum.image(), Instant::now());
+        for broker_id in expired {
+            let _guard = self.write_lock.lock().await;
+            let image = quorum.image();
+            if !image.brokers.get(&broker_id).is_some_and(|b| b.state != BrokerState::Fenced) {
+                continue;
+            }
+            let records = fence_records(&image, broker_id, self.unclean_default());
+            let moved = records.len() - 1;
+            match self.propose(quorum, records).await {
+                Ok(_) => tracing::info!(broker_id, partitions_changed = moved, "broker fenced: session expired"),
+                Err(e) => tracing::warn!(broker_id, error = %e, "fencing failed"),
+            }
+        }
+    }
+}
+
+fn fence_records(image: &MetadataImage, broker_id: i32, unclean: bool) -> Vec<MetadataRecord> {
+    let mut records = vec![MetadataRecord::BrokerRegistrationChange { broker_id, state: BrokerState::Fenced }];
+    records.extend(election::elections_without(image, broker_id, unclean));
+    records
+}
+
+fn log_admin_write(request: &ControllerRequest, index: u64) {
+    match request {
+        ControllerRequest::CreateTopic { name, partitions, replication_factor, .. } => {
+            tracing::info!(topic = %name, partitions, replication_factor, index, "topic created")
+        }
+        ControllerRequest::DeleteTopic { name } => tracing::info!(topic = %name, index, "topic deleted"),
+        ControllerRequest::CreatePartitions { name, count } => {
+            tracing::info!(topic = %name, count, index, "partitions added")
+        }
+        ControllerRequest::AlterConfigs { name, changes } => {
+            tracing::info!(topic = %name, keys = ?changes.keys().collect::<Vec<_>>(), index, "topic configs changed")
+        }
+        ControllerRequest::ElectLeader { topic, partition, election } => {
+            tracing::info!(%topic, partition, ?election, index, "leader moved by operator election")
+        }
+        _ => {}
+    }
+}
+
+fn new_cluster_id() -> String {
+    let id: u128 = rand::random();
+    TopicId(id).to_string()
+}

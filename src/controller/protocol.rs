@@ -1,0 +1,41 @@
+//! What brokers and admin front ends ask the controller, and its answers.
+//!
+//! These travel as `App` frames of the quorum RPC (encoded by
+//! `strom_raft::codec`) or as direct calls when the asker is the controller.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ElectionType {
+    Preferred,
+    Unclean,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ControllerRequest {
+    RegisterBroker { broker_id: i32, incarnation_id: u64, kafka: String, admin: String, raft: String },
+    Heartbeat { broker_id: i32, incarnation_id: u64, applied_index: u64 },
+    ControlledShutdown { broker_id: i32, incarnation_id: u64 },
+    CreateTopic { name: String, partitions: i64, replication_factor: i64, configs: BTreeMap<String, String> },
+    DeleteTopic { name: String },
+    CreatePartitions { name: String, count: i64 },
+    AlterConfigs { name: String, changes: BTreeMap<String, Option<String>> },
+    ElectLeader { topic: String, partition: i32, election: ElectionType },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ControllerResponse {
+    /// Done; the change is in the metadata log at `index` (0: nothing to write).
+    Done { index: u64 },
+    /// A heartbeat's answer: whether the broker is fenced after it.
+    Heartbeat { fenced: bool, index: u64 },
+    /// The broker must register (again) before heartbeating.
+    UnknownBroker,
+    Error(ApiError),
+    /// Ask the quorum leader instead (its id and `--raft` address when known).
+    NotController { leader: Option<u64>, leader_addr: Option<String> },
+}

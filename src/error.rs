@@ -1,0 +1,96 @@
+//! Kafka error codes and the one mapping from Strom's errors to them.
+//!
+//! The admin API shows the code's name and an HTTP status; the Kafka front
+//! end sends the numeric code. Both come from [`ErrorCode`].
+
+use serde::{Deserialize, Serialize};
+
+/// The Kafka error codes Strom answers with (numbers from the Kafka protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    UnknownServerError,
+    UnknownTopicOrPartition,
+    RequestTimedOut,
+    NotController,
+    InvalidTopicException,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    InvalidConfig,
+    InvalidRequest,
+    TopicAlreadyExists,
+    ElectionNotNeeded,
+    EligibleLeadersNotAvailable,
+    BrokerNotAvailable,
+    StaleBrokerEpoch,
+    GroupIdNotFound,
+}
+
+impl ErrorCode {
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCode::UnknownServerError => "UNKNOWN_SERVER_ERROR",
+            ErrorCode::UnknownTopicOrPartition => "UNKNOWN_TOPIC_OR_PARTITION",
+            ErrorCode::RequestTimedOut => "REQUEST_TIMED_OUT",
+            ErrorCode::NotController => "NOT_CONTROLLER",
+            ErrorCode::InvalidTopicException => "INVALID_TOPIC_EXCEPTION",
+            ErrorCode::InvalidPartitions => "INVALID_PARTITIONS",
+            ErrorCode::InvalidReplicationFactor => "INVALID_REPLICATION_FACTOR",
+            ErrorCode::InvalidConfig => "INVALID_CONFIG",
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
+            ErrorCode::ElectionNotNeeded => "ELECTION_NOT_NEEDED",
+            ErrorCode::EligibleLeadersNotAvailable => "ELIGIBLE_LEADERS_NOT_AVAILABLE",
+            ErrorCode::BrokerNotAvailable => "BROKER_NOT_AVAILABLE",
+            ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
+            ErrorCode::GroupIdNotFound => "GROUP_ID_NOT_FOUND",
+        }
+    }
+
+    /// The Kafka protocol's numeric code.
+    pub fn kafka_code(self) -> i16 {
+        match self {
+            ErrorCode::UnknownServerError => -1,
+            ErrorCode::UnknownTopicOrPartition => 3,
+            ErrorCode::RequestTimedOut => 7,
+            ErrorCode::BrokerNotAvailable => 8,
+            ErrorCode::NotController => 41,
+            ErrorCode::InvalidTopicException => 17,
+            ErrorCode::InvalidPartitions => 37,
+            ErrorCode::InvalidReplicationFactor => 38,
+            ErrorCode::InvalidConfig => 40,
+            ErrorCode::InvalidRequest => 42,
+            ErrorCode::TopicAlreadyExists => 36,
+            ErrorCode::ElectionNotNeeded => 84,
+            ErrorCode::EligibleLeadersNotAvailable => 83,
+            ErrorCode::StaleBrokerEpoch => 77,
+            ErrorCode::GroupIdNotFound => 69,
+        }
+    }
+
+    /// The HTTP status the admin API answers with.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::UnknownTopicOrPartition | ErrorCode::GroupIdNotFound => 404,
+            ErrorCode::TopicAlreadyExists | ErrorCode::ElectionNotNeeded | ErrorCode::EligibleLeadersNotAvailable => {
+                409
+            }
+            ErrorCode::NotController | ErrorCode::RequestTimedOut | ErrorCode::BrokerNotAvailable => 503,
+            ErrorCode::UnknownServerError => 500,
+            _ => 400,
+        }
+    }
+}
+
+/// An error for a client: a Kafka code and a sentence saying what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{}: {message}", code.name())]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { code, message: message.into() }
+    }
+}

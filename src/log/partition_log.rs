@@ -1,0 +1,639 @@
+//! The log of one topic partition, Kafka's `UnifiedLog`/`LocalLog`: an
+//! ordered run of segments in `<logs dir>/<topic>-<partition>/`, the last one
+//! active, plus the leader epoch cache.
+//!
+//! It owns offset assignment, segment rolling, retention, truncation,
+//! flushing and recovery on open. It never decides who may append (the
+//! partition layer checks leadership) nor how far a consumer may read (the
+//! caller passes the high watermark as `max_offset`). On-disk contract: the
+//! segments' base offsets increase and every batch of a later segment has
+//! larger offsets than every batch of an earlier one; everything below the
+//! recovery point has been fsynced; `leader-epoch-checkpoint` never names an
+//! epoch starting at or past the log end offset.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use tracing::{info, warn};
+
+use super::batch::{self, split_record_set, BatchHeader};
+use super::checkpoint::{sync_dir, TMP_SUFFIX};
+use super::leader_epoch::{EpochEndOffset, EpochEntry, LeaderEpochCache};
+use super::segment::{
+    parse_segment_file_name, BatchInfo, LogSegment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
+};
+use super::{LogConfig, LogError, Result};
+
+/// What an append wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// Largest batch max timestamp in the append; -1 when none.
+    pub max_timestamp: i64,
+    pub record_count: u64,
+    pub size_bytes: u64,
+}
+
+/// A batch found by timestamp: its base offset and max timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+}
+
+/// What one retention pass deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub deleted_segments: usize,
+    pub deleted_bytes: u64,
+}
+
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    topic: String,
+    partition: i32,
+    config: LogConfig,
+    /// By base offset; never empty, the last one is the active segment.
+    segments: BTreeMap<i64, LogSegment>,
+    /// Every offset below this is fsynced.
+    recovery_point: i64,
+    leader_epoch_cache: LeaderEpochCache,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+    /// The latest time the owner passed in; used by calls that take none.
+    last_seen_ms: i64,
+}
+
+/// The partition directory name, `<topic>-<partition>`.
+pub fn partition_dir_name(topic: &str, partition: i32) -> String {
+    format!("{topic}-{partition}")
+}
+
+impl PartitionLog {
+    /// Opens (creating if needed) `<logs_dir>/<topic>-<partition>/`.
+    /// Segments wholly below `recovery_point` are trusted and their index
+    /// files loaded; the rest are recovered (each batch's length and CRC-32C
+    /// checked, a torn or corrupt tail cut, indexes rebuilt), and segments
+    /// after a cut are deleted. The recovered part is fsynced, so the
+    /// recovery point is the log end offset afterwards.
+    pub fn open(
+        logs_dir: &Path,
+        topic: &str,
+        partition: i32,
+        config: LogConfig,
+        recovery_point: i64,
+        now_ms: i64,
+    ) -> Result<Self> {
+        config.validate()?;
+        let dir = logs_dir.join(partition_dir_name(topic, partition));
+        fs::create_dir_all(&dir)?;
+        let base_offsets = scan_partition_dir(&dir)?;
+        let segments = load_segments(&dir, &base_offsets, &config, recovery_point, now_ms)?;
+        let mut log = Self {
+            dir: dir.clone(),
+            topic: topic.to_string(),
+            partition,
+            config,
+            segments,
+            recovery_point: 0,
+            leader_epoch_cache: LeaderEpochCache::open(&dir)?,
+            unflushed_messages: 0,
+            last_flush_ms: now_ms,
+            last_seen_ms: now_ms,
+        };
+        log.recovery_point = log.log_end_offset();
+        log.leader_epoch_cache
+            .truncate_from_end(log.log_end_offset())?;
+        log.leader_epoch_cache
+            .truncate_from_start(log.log_start_offset())?;
+        info!(
+            topic,
+            partition,
+            log_start_offset = log.log_start_offset(),
+            log_end_offset = log.log_end_offset(),
+            segments = log.segments.len(),
+            "opened partition log"
+        );
+        Ok(log)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+    pub fn partition(&self) -> i32 {
+        self.partition
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    /// Takes effect from the next append or retention pass.
+    pub fn set_config(&mut self, config: LogConfig) -> Result<()> {
+        config.validate()?;
+        self.config = config;
+        Ok(())
+    }
+
+    fn active(&self) -> &LogSegment {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut LogSegment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        *self
+            .segments
+            .keys()
+            .next()
+            .expect("a log always has an active segment")
+    }
+
+    /// The offset the next appended record gets.
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset()
+    }
+
+    /// Every offset below this has been fsynced.
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(LogSegment::size_bytes).sum()
+    }
+
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments.keys().copied().collect()
+    }
+
+    /// Appends a record set produced to this leader: validates every batch
+    /// (length, magic 2, CRC-32C, at most `max_message_bytes`), assigns
+    /// offsets from the log end offset by rewriting each base offset, stamps
+    /// `leader_epoch`, and writes the bytes as given. All or nothing: a bad
+    /// batch rejects the whole set before anything is written.
+    pub fn append_as_leader(
+        &mut self,
+        records: &mut [u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo> {
+        let ranges = split_record_set(records)?;
+        for range in &ranges {
+            let size = range.len() as u64;
+            if size > self.config.max_message_bytes {
+                return Err(LogError::MessageTooLarge {
+                    size,
+                    max: self.config.max_message_bytes,
+                });
+            }
+        }
+        if let Some(latest_epoch) = self.leader_epoch_cache.latest_epoch() {
+            if leader_epoch < latest_epoch {
+                return Err(LogError::StaleLeaderEpoch {
+                    epoch: leader_epoch,
+                    latest_epoch,
+                });
+            }
+        }
+        let mut next_offset = self.log_end_offset();
+        for range in &ranges {
+            let batch_bytes = &mut records[range.clone()];
+            batch::set_base_offset(batch_bytes, next_offset);
+            batch::set_partition_leader_epoch(batch_bytes, leader_epoch);
+            next_offset = BatchHeader::parse(batch_bytes)?.last_offset() + 1;
+        }
+        self.append_validated(records, &ranges, now_ms)
+    }
+
+    /// Appends a record set fetched from the leader, offsets and epochs as
+    /// the leader assigned them. Batches must be valid and start at or after
+    /// the log end offset, offsets increasing.
+    pub fn append_as_follower(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo> {
+        let ranges = split_record_set(records)?;
+        let mut next_offset = self.log_end_offset();
+        for range in &ranges {
+            let header = BatchHeader::parse(&records[range.clone()])?;
+            if header.base_offset() < next_offset {
+                return Err(LogError::NonMonotonicAppend {
+                    base_offset: header.base_offset(),
+                    log_end_offset: next_offset,
+                });
+            }
+            next_offset = header.last_offset() + 1;
+        }
+        self.append_validated(records, &ranges, now_ms)
+    }
+
+    fn append_validated(
+        &mut self,
+        records: &[u8],
+        ranges: &[std::ops::Range<usize>],
+        now_ms: i64,
+    ) -> Result<AppendInfo> {
+        let infos: Vec<BatchInfo> = ranges
+            .iter()
+            .map(|range| {
+                BatchHeader::parse(&records[range.clone()])
+                    .map(|header| BatchInfo::from_header(&header))
+            })
+            .collect::<std::result::Result<_, _>>()?;
+        let (Some(first), Some(last)) = (infos.first(), infos.last()) else {
+            return Err(LogError::CorruptBatch(batch::BatchError::TooShort {
+                len: records.len(),
+            }));
+        };
+        let append = AppendInfo {
+            base_offset: first.base_offset,
+            last_offset: last.last_offset,
+            max_timestamp: infos
+                .iter()
+                .map(|info| info.max_timestamp)
+                .max()
+                .unwrap_or(-1),
+            record_count: infos
+                .iter()
+                .map(|info| info.record_count.max(0) as u64)
+                .sum(),
+            size_bytes: records.len() as u64,
+        };
+        self.last_seen_ms = self.last_seen_ms.max(now_ms);
+        self.maybe_roll(&append, now_ms)?;
+        for (range, info) in ranges.iter().zip(&infos) {
+            self.leader_epoch_cache
+                .assign(info.partition_leader_epoch, info.base_offset)?;
+            self.active_mut().append(&records[range.clone()], info)?;
+        }
+        self.unflushed_messages += append.record_count;
+        self.maybe_flush(now_ms)?;
+        Ok(append)
+    }
+
+    /// Rolls before an append when the active segment is full (bytes or
+    /// index), old enough, or cannot hold the offsets as 32-bit deltas.
+    fn maybe_roll(&mut self, append: &AppendInfo, now_ms: i64) -> Result<()> {
+        let active = self.active();
+        let offsets_overflow = append.last_offset - active.base_offset() > i64::from(u32::MAX);
+        let should_roll = offsets_overflow
+            || (!active.is_empty()
+                && (active.size_bytes() + append.size_bytes > self.config.segment_bytes
+                    || now_ms.saturating_sub(active.created_ms())
+                        >= as_ms(self.config.segment_ms)
+                    || active.indexes_full()));
+        if should_roll {
+            // A follower may append past a gap: roll at the batch's own base.
+            self.roll(append.base_offset.max(self.log_end_offset()), now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment (final time index entry, fsync) and starts
+    /// a new one at `new_base_offset`. An empty active segment is replaced.
+    fn roll(&mut self, new_base_offset: i64, now_ms: i64) -> Result<()> {
+        assert!(
+            new_base_offset >= self.log_end_offset(),
+            "a new segment starts at or after the log end"
+        );
+        let active_base = self.active().base_offset();
+        if self.active().is_empty() {
+            if active_base == new_base_offset {
+                return Ok(());
+            }
+            if let Some(empty) = self.segments.remove(&active_base) {
+                empty.delete()?;
+            }
+        } else {
+            self.active_mut().on_become_inactive()?;
+            self.recovery_point = self.recovery_point.max(self.log_end_offset());
+            self.unflushed_messages = 0;
+            self.last_flush_ms = now_ms;
+        }
+        let segment = LogSegment::create(&self.dir, new_base_offset, &self.config, now_ms)?;
+        self.segments.insert(new_base_offset, segment);
+        sync_dir(&self.dir)?;
+        info!(topic = %self.topic, partition = self.partition, base_offset = new_base_offset, "rolled log segment");
+        Ok(())
+    }
+
+    /// Whole raw batches starting with the one that holds `start_offset`,
+    /// up to `max_bytes` but always at least one batch, none whose base
+    /// offset is >= `max_offset` (the caller's high watermark, or the log
+    /// end offset). Reads from one segment, as Kafka does. Empty at the log
+    /// end; `OffsetOutOfRange` outside [log start offset, log end offset].
+    pub fn read(&self, start_offset: i64, max_bytes: usize, max_offset: i64) -> Result<Bytes> {
+        let log_end_offset = self.log_end_offset();
+        let log_start_offset = self.log_start_offset();
+        if start_offset < log_start_offset || start_offset > log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset: start_offset,
+                log_start_offset,
+                log_end_offset,
+            });
+        }
+        let floor = self
+            .segments
+            .range(..=start_offset)
+            .next_back()
+            .map_or(log_start_offset, |(&base, _)| base);
+        for segment in self.segments.range(floor..).map(|(_, segment)| segment) {
+            if let Some(bytes) = segment.read(start_offset, max_bytes, max_offset, true)? {
+                return Ok(Bytes::from(bytes));
+            }
+        }
+        Ok(Bytes::new())
+    }
+
+    /// The first batch whose max timestamp is >= `target_timestamp`
+    /// (ListOffsets by time): its base offset and max timestamp. Kafka goes
+    /// on to the exact record inside the batch; that needs the records
+    /// decoded, which this module never does, so the answer may be a few
+    /// records early. `None` when every batch is older.
+    pub fn offset_for_timestamp(&self, target_timestamp: i64) -> Result<Option<TimestampOffset>> {
+        for segment in self.segments.values() {
+            if let Some(found) = segment.find_batch_by_timestamp(target_timestamp)? {
+                return Ok(Some(TimestampOffset {
+                    timestamp: found.max_timestamp,
+                    offset: found.base_offset,
+                }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Deletes the oldest sealed segments while they breach `retention_ms`
+    /// (by their largest timestamp) or `retention_bytes`, never the active
+    /// segment and never one holding offsets at or above `high_watermark`.
+    /// Moves the log start offset and trims the leader epoch cache.
+    pub fn apply_retention(
+        &mut self,
+        now_ms: i64,
+        high_watermark: i64,
+    ) -> Result<RetentionOutcome> {
+        let mut outcome = RetentionOutcome::default();
+        let mut excess_bytes = self
+            .config
+            .retention_bytes
+            .map_or(0, |limit| self.size_bytes().saturating_sub(limit) as i128);
+        loop {
+            let mut bases = self.segments.keys().copied();
+            let (Some(oldest), Some(next_base)) = (bases.next(), bases.next()) else {
+                break; // Only the active segment is left.
+            };
+            if next_base > high_watermark {
+                break;
+            }
+            let segment = &self.segments[&oldest];
+            let time_breach = self.config.retention_ms.is_some_and(|limit| {
+                now_ms.saturating_sub(segment.largest_timestamp()) > as_ms(limit)
+            });
+            let size_breach = self.config.retention_bytes.is_some()
+                && excess_bytes - i128::from(segment.size_bytes()) >= 0;
+            if !(time_breach || size_breach) {
+                break;
+            }
+            let Some(segment) = self.segments.remove(&oldest) else {
+                break;
+            };
+            let size = segment.size_bytes();
+            excess_bytes -= i128::from(size);
+            segment.delete()?;
+            outcome.deleted_segments += 1;
+            outcome.deleted_bytes += size;
+            info!(
+                topic = %self.topic, partition = self.partition, base_offset = oldest, size_bytes = size,
+                time_breach, size_breach, "deleted log segment by retention"
+            );
+        }
+        if outcome.deleted_segments > 0 {
+            let log_start_offset = self.log_start_offset();
+            self.recovery_point = self.recovery_point.max(log_start_offset);
+            self.leader_epoch_cache
+                .truncate_from_start(log_start_offset)?;
+        }
+        Ok(outcome)
+    }
+
+    /// Removes every record at or after `target_offset` (a whole batch if
+    /// the target falls inside one), for a replica that diverged from its
+    /// leader. Below the log start offset this empties the log and starts
+    /// it at `target_offset`. Returns whether anything was removed.
+    pub fn truncate_to(&mut self, target_offset: i64) -> Result<bool> {
+        if target_offset >= self.log_end_offset() {
+            return Ok(false);
+        }
+        if target_offset < self.log_start_offset() {
+            self.truncate_fully_and_start_at(target_offset)?;
+            return Ok(true);
+        }
+        let doomed: Vec<i64> = self
+            .segments
+            .range(target_offset + 1..)
+            .map(|(&base, _)| base)
+            .collect();
+        for base in doomed {
+            if let Some(segment) = self.segments.remove(&base) {
+                segment.delete()?;
+            }
+        }
+        let removed = self.active_mut().truncate_to(target_offset)?;
+        self.active().flush()?;
+        let log_end_offset = self.log_end_offset();
+        self.recovery_point = self.recovery_point.min(log_end_offset);
+        self.leader_epoch_cache.truncate_from_end(log_end_offset)?;
+        warn!(
+            topic = %self.topic, partition = self.partition, target_offset, log_end_offset, removed_bytes = removed,
+            "truncated log"
+        );
+        Ok(true)
+    }
+
+    /// Deletes every segment and starts an empty log at `new_offset`
+    /// (a follower whose leader no longer has the follower's offsets).
+    pub fn truncate_fully_and_start_at(&mut self, new_offset: i64) -> Result<()> {
+        assert!(new_offset >= 0, "offsets are never negative");
+        let old_segments = std::mem::take(&mut self.segments);
+        // Create the new segment first, so a crash midway still leaves a
+        // log that starts no later than the new one.
+        let fresh = LogSegment::create(&self.dir, new_offset, &self.config, self.last_seen_ms)?;
+        self.segments.insert(new_offset, fresh);
+        for (base, segment) in old_segments {
+            if base != new_offset {
+                segment.delete()?;
+            }
+        }
+        sync_dir(&self.dir)?;
+        self.leader_epoch_cache.clear()?;
+        self.recovery_point = new_offset;
+        self.unflushed_messages = 0;
+        warn!(topic = %self.topic, partition = self.partition, new_offset, "truncated log fully");
+        Ok(())
+    }
+
+    /// fsyncs the active segment (older ones were fsynced when they rolled)
+    /// and moves the recovery point to the log end offset.
+    pub fn flush(&mut self) -> Result<()> {
+        self.active().flush()?;
+        self.recovery_point = self.log_end_offset();
+        self.unflushed_messages = 0;
+        Ok(())
+    }
+
+    /// Flushes if `flush_messages` records are unflushed or `flush_ms` has
+    /// passed since the last flush. Called after each append and
+    /// periodically by the owner. Returns whether it flushed.
+    pub fn maybe_flush(&mut self, now_ms: i64) -> Result<bool> {
+        if self.unflushed_messages == 0 {
+            self.last_flush_ms = now_ms;
+            return Ok(false);
+        }
+        let by_count = self
+            .config
+            .flush_messages
+            .is_some_and(|limit| self.unflushed_messages >= limit);
+        let by_time = self
+            .config
+            .flush_ms
+            .is_some_and(|limit| now_ms.saturating_sub(self.last_flush_ms) >= as_ms(limit));
+        if by_count || by_time {
+            self.flush()?;
+            self.last_flush_ms = now_ms;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    pub fn unflushed_messages(&self) -> u64 {
+        self.unflushed_messages
+    }
+
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.leader_epoch_cache.latest_epoch()
+    }
+
+    pub fn epoch_entries(&self) -> &[EpochEntry] {
+        self.leader_epoch_cache.entries()
+    }
+
+    /// OffsetsForLeaderEpoch: where `leader_epoch` ended in this log.
+    pub fn end_offset_for_epoch(&self, leader_epoch: i32) -> Option<EpochEndOffset> {
+        self.leader_epoch_cache
+            .end_offset_for(leader_epoch, self.log_end_offset())
+    }
+
+    /// Flushes and closes the log.
+    pub fn close(mut self) -> Result<()> {
+        self.flush()
+    }
+
+    /// Deletes the whole partition directory (topic deletion).
+    pub fn delete(self) -> Result<()> {
+        let dir = self.dir.clone();
+        drop(self);
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+}
+
+/// A duration setting as a signed millisecond count, saturating (a setting
+/// beyond i64::MAX means "never").
+fn as_ms(setting_ms: u64) -> i64 {
+    i64::try_from(setting_ms).unwrap_or(i64::MAX)
+}
+
+/// Lists the segment base offsets in a partition directory, sorted, after
+/// removing leftovers of interrupted work: checkpoint temp files and index
+/// files whose `.log` is gone (a deletion cut short).
+fn scan_partition_dir(dir: &Path) -> Result<Vec<i64>> {
+    let mut log_bases = Vec::new();
+    let mut index_files = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(TMP_SUFFIX) {
+            warn!(file = %entry.path().display(), "removing leftover temporary file");
+            fs::remove_file(entry.path())?;
+        } else if let Some(base) = parse_segment_file_name(&name, LOG_SUFFIX) {
+            log_bases.push(base);
+        } else if let Some(base) = parse_segment_file_name(&name, INDEX_SUFFIX)
+            .or_else(|| parse_segment_file_name(&name, TIME_INDEX_SUFFIX))
+        {
+            index_files.push((base, entry.path()));
+        }
+    }
+    log_bases.sort_unstable();
+    for (base, path) in index_files {
+        if log_bases.binary_search(&base).is_err() {
+            warn!(file = %path.display(), "removing index file without a segment");
+            fs::remove_file(path)?;
+        }
+    }
+    Ok(log_bases)
+}
+
+/// Opens the segments found on disk (or creates the first one at offset 0).
+/// A segment is trusted when the next one starts at or below the recovery
+/// point; the last segment is always recovered. Once recovery cuts a
+/// segment (or finds an empty one before others), the segments after it are
+/// leftovers that no longer follow on, and are deleted.
+fn load_segments(
+    dir: &Path,
+    base_offsets: &[i64],
+    config: &LogConfig,
+    recovery_point: i64,
+    now_ms: i64,
+) -> Result<BTreeMap<i64, LogSegment>> {
+    let mut segments = BTreeMap::new();
+    if base_offsets.is_empty() {
+        segments.insert(0, LogSegment::create(dir, 0, config, now_ms)?);
+        sync_dir(dir)?;
+        return Ok(segments);
+    }
+    let mut cut_at = None;
+    for (i, &base) in base_offsets.iter().enumerate() {
+        if let Some(cut_base) = cut_at {
+            warn!(dir = %dir.display(), base_offset = base, after = cut_base, "deleting segment after a corrupt one");
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                let path = dir.join(super::segment::segment_file_name(base, suffix));
+                if path.exists() {
+                    fs::remove_file(path)?;
+                }
+            }
+            continue;
+        }
+        let trusted = base_offsets
+            .get(i + 1)
+            .is_some_and(|&next| next <= recovery_point);
+        let (segment, cut_bytes) = if trusted {
+            LogSegment::open_clean(dir, base, config, now_ms)?
+        } else {
+            let opened = LogSegment::open_and_recover(dir, base, config, now_ms)?;
+            opened.0.flush()?;
+            opened
+        };
+        // An empty segment before others is what a crash inside
+        // truncate_fully_and_start_at leaves; what follows it was meant to go.
+        let is_last = i + 1 == base_offsets.len();
+        if cut_bytes > 0 || (segment.is_empty() && !is_last) {
+            cut_at = Some(base);
+        }
+        segments.insert(base, segment);
+    }
+    Ok(segments)
+}
+
+#[cfg(test)]
+#[path = "partition_log_tests.rs"]
+mod tests;

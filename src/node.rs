@@ -1,0 +1,231 @@
+//! Wires one node together: the metadata quorum, the controller role, the
+//! broker lifecycle and the admin API; startup checks and controlled shutdown.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use strom_raft::server::AppHandler;
+use strom_raft::{codec, Quorum, QuorumConfig};
+use tokio::sync::watch;
+
+use crate::admin::metrics::Metrics;
+use crate::config::Settings;
+use crate::controller::client::ControllerClient;
+use crate::controller::protocol::{ControllerRequest, ControllerResponse};
+use crate::controller::Controller;
+use crate::error::{ApiError, ErrorCode};
+use crate::lifecycle::BrokerLifecycle;
+
+/// Everything `strom serve` was told.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: u64,
+    pub data_dir: PathBuf,
+    pub kafka: String,
+    pub admin: String,
+    pub raft: String,
+    pub advertised_kafka: String,
+    /// Voter ids and `--raft` addresses; a node alone when `--quorum` is absent.
+    pub voters: BTreeMap<u64, String>,
+    pub settings: Settings,
+}
+
+/// What a node's services share.
+pub struct NodeContext {
+    pub broker_id: i32,
+    pub settings: Arc<Settings>,
+    pub quorum: Arc<Quorum>,
+    pub controller: Arc<Controller>,
+    pub client: Arc<ControllerClient>,
+    pub lifecycle: Arc<BrokerLifecycle>,
+    pub metrics: Arc<Metrics>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("data directory {path}: {reason}")]
+    DataDir { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Quorum(#[from] strom_raft::QuorumError),
+    #[error("cannot listen on the admin address {addr}: {source}")]
+    AdminBind { addr: String, source: std::io::Error },
+}
+
+const META_PROPERTIES: &str = "meta.properties";
+
+/// Checks (or, on first start, writes) `data-dir/meta.properties`, so a data
+/// directory is never silently used by another node id or without its store.
+fn check_data_dir(data_dir: &Path, node_id: u64) -> Result<(), NodeError> {
+    let err = |reason: String| NodeError::DataDir { path: data_dir.to_path_buf(), reason };
+    std::fs::create_dir_all(data_dir).map_err(|e| err(format!("cannot create: {e}")))?;
+    let props = data_dir.join(META_PROPERTIES);
+    match std::fs::read_to_string(&props) {
+        Ok(text) => {
+            let stored = text
+                .lines()
+                .find_map(|l| l.strip_prefix("node.id="))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| err(format!("{META_PROPERTIES} has no valid node.id line")))?;
+            if stored != node_id {
+                return Err(err(format!("belongs to node {stored}, not node {node_id}")));
+            }
+            if !data_dir.join("meta").is_dir() {
+                return Err(err("the metadata store `meta/` is missing; restore it or start with an empty directory".into()));
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = data_dir.join(format!("{META_PROPERTIES}.tmp"));
+            std::fs::write(&tmp, format!("version=1\nnode.id={node_id}\n"))
+                .and_then(|_| std::fs::rename(&tmp, &props))
+                .map_err(|e| err(format!("cannot write {META_PROPERTIES}: {e}")))
+        }
+        Err(e) => Err(err(format!("cannot read {META_PROPERTIES}: {e}"))),
+    }
+}
+
+/// Answers quorum `App` frames with the local controller.
+struct ControllerRpc(Arc<Controller>);
+
+impl AppHandler for ControllerRpc {
+    fn handle(&self, request: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send + '_>> {
+        Box::pin(async move {
+            let response = match codec::decode::<ControllerRequest>(&request) {
+                Ok(request) => self.0.handle(request).await,
+                Err(e) => ControllerResponse::Error(ApiError::new(ErrorCode::InvalidRequest, format!("bad request: {e}"))),
+            };
+            codec::encode(&response).unwrap_or_default()
+        })
+    }
+}
+
+/// Counts quorum leader changes for `/metrics`, and logs them once.
+async fn watch_leader(quorum: Arc<Quorum>, metrics: Arc<Metrics>, mut shutdown: watch::Receiver<bool>) {
+    let mut rx = quorum.raft().metrics();
+    let mut leader = rx.borrow().current_leader;
+    loop {
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+        let now = rx.borrow().current_leader;
+        if now != leader {
+            leader = now;
+            metrics.leader_changes.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(leader = ?now, term = rx.borrow().current_term, "metadata quorum leader changed");
+        }
+    }
+}
+
+/// Runs a node until SIGTERM/SIGINT, then shuts down in a controlled way.
+pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
+    check_data_dir(&config.data_dir, config.node_id)?;
+    let settings = Arc::new(config.settings.clone());
+    let broker_id = i32::try_from(config.node_id).map_err(|_| NodeError::DataDir {
+        path: config.data_dir.clone(),
+        reason: "node id does not fit a Kafka broker id".into(),
+    })?;
+    let controller = Arc::new(Controller::new(broker_id, settings.clone()));
+    let election_ms = settings.u64("controller.quorum.election.timeout.ms");
+    let quorum_config = QuorumConfig {
+        node_id: config.node_id,
+        raft_addr: config.raft.clone(),
+        voters: config.voters.clone(),
+        meta_dir: config.data_dir.join("meta"),
+        election_timeout_ms: election_ms,
+        heartbeat_interval_ms: (election_ms / 5).max(10),
+        snapshot_entries: settings.u64("metadata.snapshot.interval.entries"),
+        snapshot_keep_entries: settings.u64("metadata.snapshot.keep.entries"),
+    };
+    let admin_listener = tokio::net::TcpListener::bind(&config.admin)
+        .await
+        .map_err(|source| NodeError::AdminBind { addr: config.admin.clone(), source })?;
+    let quorum = Arc::new(Quorum::start(quorum_config, Arc::new(ControllerRpc(controller.clone()))).await?);
+    controller.attach(quorum.clone());
+    let client = Arc::new(ControllerClient::new(quorum.clone(), controller.clone()));
+    let lifecycle = Arc::new(BrokerLifecycle::new(
+        broker_id,
+        (config.advertised_kafka.clone(), config.admin.clone(), config.raft.clone()),
+        Duration::from_millis(settings.u64("broker.heartbeat.interval.ms")),
+        quorum.clone(),
+        client.clone(),
+    ));
+    let metrics = Arc::new(Metrics::default());
+    let ctx = Arc::new(NodeContext {
+        broker_id,
+        settings: settings.clone(),
+        quorum: quorum.clone(),
+        controller: controller.clone(),
+        client,
+        lifecycle: lifecycle.clone(),
+        metrics: metrics.clone(),
+    });
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (stop_admin_tx, stop_admin_rx) = watch::channel(false);
+    let controller_task = tokio::spawn(controller.clone().run(stop_rx.clone()));
+    let lifecycle_task = tokio::spawn(lifecycle.clone().run(stop_rx.clone()));
+    let leader_task = tokio::spawn(watch_leader(quorum.clone(), metrics, stop_rx.clone()));
+    let admin_task = tokio::spawn(crate::admin::serve(admin_listener, ctx, stop_admin_rx));
+    tracing::info!(
+        node_id = config.node_id,
+        kafka = %config.kafka,
+        admin = %config.admin,
+        raft = %config.raft,
+        voter = config.voters.contains_key(&config.node_id),
+        "node started"
+    );
+
+    wait_for_signal().await;
+    tracing::info!(node_id = config.node_id, "shutting down: controlled shutdown first");
+    let _ = stop_tx.send(true);
+    let _ = lifecycle_task.await;
+    lifecycle.controlled_shutdown().await;
+    let _ = controller_task.await;
+    let _ = leader_task.await;
+    let _ = stop_admin_tx.send(true);
+    if let Ok(Err(e)) = admin_task.await {
+        tracing::warn!(error = %e, "admin server stopped with an error");
+    }
+    quorum.shutdown().await;
+    tracing::info!(node_id = config.node_id, "stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_dir_is_bound_to_its_node_and_store() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        check_data_dir(dir.path(), 3).expect("first start writes meta.properties");
+        std::fs::create_dir(dir.path().join("meta")).expect("mkdir");
+        check_data_dir(dir.path(), 3).expect("same node restarts");
+        let e = check_data_dir(dir.path(), 4).expect_err("other node");
+        assert!(e.to_string().contains("belongs to node 3"), "{e}");
+        std::fs::remove_dir(dir.path().join("meta")).expect("rmdir");
+        let e = check_data_dir(dir.path(), 3).expect_err("store missing");
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
+}
