@@ -149,9 +149,13 @@ fn node_config(args: ServeArgs) -> Result<NodeConfig, String> {
     Ok(NodeConfig { node_id: args.node_id, data_dir: args.data_dir, kafka, admin, raft, advertised_kafka, voters, settings })
 }
 
+/// openraft reports every failed RPC to a down peer at ERROR level, many
+/// times a second; Strom logs the quorum events that matter itself.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=off,sled=warn";
+
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn,sled=warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     match format {
