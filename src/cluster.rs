@@ -10,10 +10,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::process::{Child, Command};
 
 /// How long the cluster may take to come up.
@@ -52,7 +52,9 @@ impl ClusterArgs {
         if voters == 0 || voters > self.nodes {
             return Err(format!("--voters: must be between 1 and --nodes ({}), got {voters}", self.nodes));
         }
-        for (flag, base) in [("--kafka-base", self.kafka_base), ("--admin-base", self.admin_base), ("--raft-base", self.raft_base)] {
+        for (flag, base) in
+            [("--kafka-base", self.kafka_base), ("--admin-base", self.admin_base), ("--raft-base", self.raft_base)]
+        {
             if base as u32 + self.nodes as u32 - 1 > u16::MAX as u32 {
                 return Err(format!("{flag}: {base} + {} nodes runs past port 65535", self.nodes));
             }
@@ -203,12 +205,20 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
     while !is_up(&http, &nodes).await {
         if started.elapsed() > STARTUP_TIMEOUT {
             stop_all(&nodes, &mut children).await;
-            return Err(format!("the cluster did not come up within {STARTUP_TIMEOUT:?}; see {}/node-*.log", dir.display()));
+            return Err(format!(
+                "the cluster did not come up within {STARTUP_TIMEOUT:?}; see {}/node-*.log",
+                dir.display()
+            ));
         }
         for (node, child) in nodes.iter().zip(children.iter_mut()) {
             if let Some(Ok(Some(status))) = child.as_mut().map(Child::try_wait) {
                 stop_all(&nodes, &mut children).await;
-                return Err(format!("node {} exited during startup ({status}); see {}/node-{}.log", node.id, dir.display(), node.id));
+                return Err(format!(
+                    "node {} exited during startup ({status}); see {}/node-{}.log",
+                    node.id,
+                    dir.display(),
+                    node.id
+                ));
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -220,7 +230,12 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
     let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
     write_atomically(&dir.join("cluster.json"), &text)?;
     println!("{text}");
-    println!("cluster up in {:.1}s: {} nodes, bootstrap {}", started.elapsed().as_secs_f64(), nodes.len(), file.bootstrap);
+    println!(
+        "cluster up in {:.1}s: {} nodes, bootstrap {}",
+        started.elapsed().as_secs_f64(),
+        nodes.len(),
+        file.bootstrap
+    );
     supervise(&nodes, &mut children).await;
     stop_all(&nodes, &mut children).await;
     Ok(())
@@ -242,7 +257,10 @@ async fn supervise(nodes: &[NodeEntry], children: &mut [Option<Child>]) {
         for (node, slot) in nodes.iter().zip(children.iter_mut()) {
             if let Some(child) = slot {
                 if let Ok(Some(status)) = child.try_wait() {
-                    println!("node {} (pid {}) exited: {status}; not restarting it (argv in cluster.json)", node.id, node.pid);
+                    println!(
+                        "node {} (pid {}) exited: {status}; not restarting it (argv in cluster.json)",
+                        node.id, node.pid
+                    );
                     *slot = None;
                 }
             }

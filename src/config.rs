@@ -34,35 +34,170 @@ const fn int(min: i64, max: i64) -> Kind {
 
 /// Every broker setting Strom knows, Kafka's names and (unless stated) defaults.
 pub const BROKER_SETTINGS: &[SettingDef] = &[
-    SettingDef { name: "num.partitions", default: Some("1"), kind: int(1, 10_000), doc: "partitions of auto-created topics" },
-    SettingDef { name: "default.replication.factor", default: Some("1"), kind: int(1, 32), doc: "replication factor of auto-created topics" },
+    SettingDef {
+        name: "num.partitions",
+        default: Some("1"),
+        kind: int(1, 10_000),
+        doc: "partitions of auto-created topics",
+    },
+    SettingDef {
+        name: "default.replication.factor",
+        default: Some("1"),
+        kind: int(1, 32),
+        doc: "replication factor of auto-created topics",
+    },
     SettingDef { name: "min.insync.replicas", default: Some("1"), kind: int(1, 32), doc: "ISR size acks=all needs" },
-    SettingDef { name: "unclean.leader.election.enable", default: Some("false"), kind: Kind::Bool, doc: "elect out-of-sync replicas when no ISR member lives" },
-    SettingDef { name: "auto.create.topics.enable", default: Some("true"), kind: Kind::Bool, doc: "create topics on first Metadata/Produce" },
-    SettingDef { name: "auto.leader.rebalance.enable", default: Some("true"), kind: Kind::Bool, doc: "move leadership back to preferred replicas" },
-    SettingDef { name: "message.max.bytes", default: Some("1048588"), kind: int(0, I32_MAX), doc: "largest record batch accepted" },
-    SettingDef { name: "log.segment.bytes", default: Some("1073741824"), kind: int(14, I32_MAX), doc: "segment size before rolling" },
-    SettingDef { name: "log.roll.ms", default: Some("604800000"), kind: int(1, i64::MAX), doc: "segment age before rolling" },
-    SettingDef { name: "log.retention.ms", default: Some("604800000"), kind: int(-1, i64::MAX), doc: "retention by time (-1: forever)" },
-    SettingDef { name: "log.retention.bytes", default: Some("-1"), kind: int(-1, i64::MAX), doc: "retention by size per partition (-1: unlimited)" },
-    SettingDef { name: "log.retention.check.interval.ms", default: Some("300000"), kind: int(1, i64::MAX), doc: "how often retention runs" },
-    SettingDef { name: "log.flush.interval.messages", default: None, kind: int(1, i64::MAX), doc: "fsync after this many records (unset: no forced flush)" },
-    SettingDef { name: "log.flush.interval.ms", default: None, kind: int(0, i64::MAX), doc: "fsync after this long (unset: no forced flush)" },
-    SettingDef { name: "log.index.interval.bytes", default: Some("4096"), kind: int(0, I32_MAX), doc: "bytes between offset index entries" },
-    SettingDef { name: "replica.lag.time.max.ms", default: Some("10000"), kind: int(1, I32_MAX), doc: "a follower lagging longer leaves the ISR" },
-    SettingDef { name: "replica.fetch.wait.max.ms", default: Some("500"), kind: int(0, I32_MAX), doc: "follower fetch long-poll" },
-    SettingDef { name: "broker.heartbeat.interval.ms", default: Some("500"), kind: int(10, I32_MAX), doc: "broker to controller heartbeat period" },
-    SettingDef { name: "broker.session.timeout.ms", default: Some("3000"), kind: int(50, I32_MAX), doc: "a broker silent this long is fenced" },
-    SettingDef { name: "offsets.topic.num.partitions", default: Some("50"), kind: int(1, 10_000), doc: "partitions of __consumer_offsets" },
-    SettingDef { name: "offsets.topic.replication.factor", default: None, kind: int(1, 32), doc: "replication of __consumer_offsets (unset: min(3, brokers))" },
-    SettingDef { name: "group.initial.rebalance.delay.ms", default: Some("3000"), kind: int(0, I32_MAX), doc: "wait for more members before the first rebalance" },
-    SettingDef { name: "socket.request.max.bytes", default: Some("104857600"), kind: int(1, I32_MAX), doc: "largest Kafka request frame" },
-    SettingDef { name: "connections.max.idle.ms", default: Some("600000"), kind: int(1, i64::MAX), doc: "idle Kafka connections are closed after this" },
-    SettingDef { name: "request.timeout.ms", default: Some("30000"), kind: int(1, I32_MAX), doc: "bound on parked acks=all requests" },
+    SettingDef {
+        name: "unclean.leader.election.enable",
+        default: Some("false"),
+        kind: Kind::Bool,
+        doc: "elect out-of-sync replicas when no ISR member lives",
+    },
+    SettingDef {
+        name: "auto.create.topics.enable",
+        default: Some("true"),
+        kind: Kind::Bool,
+        doc: "create topics on first Metadata/Produce",
+    },
+    SettingDef {
+        name: "auto.leader.rebalance.enable",
+        default: Some("true"),
+        kind: Kind::Bool,
+        doc: "move leadership back to preferred replicas",
+    },
+    SettingDef {
+        name: "message.max.bytes",
+        default: Some("1048588"),
+        kind: int(0, I32_MAX),
+        doc: "largest record batch accepted",
+    },
+    SettingDef {
+        name: "log.segment.bytes",
+        default: Some("1073741824"),
+        kind: int(14, I32_MAX),
+        doc: "segment size before rolling",
+    },
+    SettingDef {
+        name: "log.roll.ms",
+        default: Some("604800000"),
+        kind: int(1, i64::MAX),
+        doc: "segment age before rolling",
+    },
+    SettingDef {
+        name: "log.retention.ms",
+        default: Some("604800000"),
+        kind: int(-1, i64::MAX),
+        doc: "retention by time (-1: forever)",
+    },
+    SettingDef {
+        name: "log.retention.bytes",
+        default: Some("-1"),
+        kind: int(-1, i64::MAX),
+        doc: "retention by size per partition (-1: unlimited)",
+    },
+    SettingDef {
+        name: "log.retention.check.interval.ms",
+        default: Some("300000"),
+        kind: int(1, i64::MAX),
+        doc: "how often retention runs",
+    },
+    SettingDef {
+        name: "log.flush.interval.messages",
+        default: None,
+        kind: int(1, i64::MAX),
+        doc: "fsync after this many records (unset: no forced flush)",
+    },
+    SettingDef {
+        name: "log.flush.interval.ms",
+        default: None,
+        kind: int(0, i64::MAX),
+        doc: "fsync after this long (unset: no forced flush)",
+    },
+    SettingDef {
+        name: "log.index.interval.bytes",
+        default: Some("4096"),
+        kind: int(0, I32_MAX),
+        doc: "bytes between offset index entries",
+    },
+    SettingDef {
+        name: "replica.lag.time.max.ms",
+        default: Some("10000"),
+        kind: int(1, I32_MAX),
+        doc: "a follower lagging longer leaves the ISR",
+    },
+    SettingDef {
+        name: "replica.fetch.wait.max.ms",
+        default: Some("500"),
+        kind: int(0, I32_MAX),
+        doc: "follower fetch long-poll",
+    },
+    SettingDef {
+        name: "broker.heartbeat.interval.ms",
+        default: Some("500"),
+        kind: int(10, I32_MAX),
+        doc: "broker to controller heartbeat period",
+    },
+    SettingDef {
+        name: "broker.session.timeout.ms",
+        default: Some("3000"),
+        kind: int(50, I32_MAX),
+        doc: "a broker silent this long is fenced",
+    },
+    SettingDef {
+        name: "offsets.topic.num.partitions",
+        default: Some("50"),
+        kind: int(1, 10_000),
+        doc: "partitions of __consumer_offsets",
+    },
+    SettingDef {
+        name: "offsets.topic.replication.factor",
+        default: None,
+        kind: int(1, 32),
+        doc: "replication of __consumer_offsets (unset: min(3, brokers))",
+    },
+    SettingDef {
+        name: "group.initial.rebalance.delay.ms",
+        default: Some("3000"),
+        kind: int(0, I32_MAX),
+        doc: "wait for more members before the first rebalance",
+    },
+    SettingDef {
+        name: "socket.request.max.bytes",
+        default: Some("104857600"),
+        kind: int(1, I32_MAX),
+        doc: "largest Kafka request frame",
+    },
+    SettingDef {
+        name: "connections.max.idle.ms",
+        default: Some("600000"),
+        kind: int(1, i64::MAX),
+        doc: "idle Kafka connections are closed after this",
+    },
+    SettingDef {
+        name: "request.timeout.ms",
+        default: Some("30000"),
+        kind: int(1, I32_MAX),
+        doc: "bound on parked acks=all requests",
+    },
     // Strom's own (Kafka has no direct equivalent or a different default).
-    SettingDef { name: "controller.quorum.election.timeout.ms", default: Some("500"), kind: int(50, 60_000), doc: "metadata quorum election timeout (Kafka: 1000)" },
-    SettingDef { name: "metadata.snapshot.interval.entries", default: Some("1000"), kind: int(2, i64::MAX), doc: "metadata log entries between snapshots" },
-    SettingDef { name: "metadata.snapshot.keep.entries", default: Some("100"), kind: int(0, i64::MAX), doc: "metadata log entries kept behind a snapshot" },
+    SettingDef {
+        name: "controller.quorum.election.timeout.ms",
+        default: Some("500"),
+        kind: int(50, 60_000),
+        doc: "metadata quorum election timeout (Kafka: 1000)",
+    },
+    SettingDef {
+        name: "metadata.snapshot.interval.entries",
+        default: Some("1000"),
+        kind: int(2, i64::MAX),
+        doc: "metadata log entries between snapshots",
+    },
+    SettingDef {
+        name: "metadata.snapshot.keep.entries",
+        default: Some("100"),
+        kind: int(0, i64::MAX),
+        doc: "metadata log entries kept behind a snapshot",
+    },
 ];
 
 /// Topic-level overrides and the broker setting each one overrides.
@@ -161,7 +296,8 @@ impl Settings {
     pub fn load_file(&mut self, path: &Path) -> Result<(), SettingError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|e| err("--config", format!("cannot read {shown}: {e}")))?;
-        let table: toml::Table = text.parse().map_err(|e| err("--config", format!("{shown} is not valid TOML: {e}")))?;
+        let table: toml::Table =
+            text.parse().map_err(|e| err("--config", format!("{shown} is not valid TOML: {e}")))?;
         self.load_table("", &table)
     }
 

@@ -109,7 +109,8 @@ fn parse_quorum(value: &str) -> Result<BTreeMap<u64, String>, String> {
     let mut voters = BTreeMap::new();
     for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (id, addr) = part.split_once('@').ok_or_else(|| format!("--quorum: `{part}` is not ID@HOST:PORT"))?;
-        let id: u64 = id.parse().ok().filter(|i| *i >= 1).ok_or_else(|| format!("--quorum: `{id}` is not a positive node id"))?;
+        let id: u64 =
+            id.parse().ok().filter(|i| *i >= 1).ok_or_else(|| format!("--quorum: `{id}` is not a positive node id"))?;
         let addr = parse_addr("quorum", addr)?;
         if voters.insert(id, addr).is_some() {
             return Err(format!("--quorum: node {id} is listed twice"));
@@ -146,7 +147,16 @@ fn node_config(args: ServeArgs) -> Result<NodeConfig, String> {
     for pair in &args.set {
         settings.set_pair(pair).map_err(|e| format!("--set {e}"))?;
     }
-    Ok(NodeConfig { node_id: args.node_id, data_dir: args.data_dir, kafka, admin, raft, advertised_kafka, voters, settings })
+    Ok(NodeConfig {
+        node_id: args.node_id,
+        data_dir: args.data_dir,
+        kafka,
+        admin,
+        raft,
+        advertised_kafka,
+        voters,
+        settings,
+    })
 }
 
 /// openraft reports every failed RPC to a down peer at ERROR level, many
@@ -204,9 +214,15 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Topic { admin, command } => cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::topic(admin, command))),
-        Command::Group { admin, command } => cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::group(admin, command))),
-        Command::ClusterInfo { admin } => cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::cluster_info(admin))),
+        Command::Topic { admin, command } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::topic(admin, command)))
+        }
+        Command::Group { admin, command } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::group(admin, command)))
+        }
+        Command::ClusterInfo { admin } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::cluster_info(admin)))
+        }
     }
 }
 

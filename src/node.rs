@@ -75,7 +75,9 @@ fn check_data_dir(data_dir: &Path, node_id: u64) -> Result<(), NodeError> {
                 return Err(err(format!("belongs to node {stored}, not node {node_id}")));
             }
             if !data_dir.join("meta").is_dir() {
-                return Err(err("the metadata store `meta/` is missing; restore it or start with an empty directory".into()));
+                return Err(err(
+                    "the metadata store `meta/` is missing; restore it or start with an empty directory".into()
+                ));
             }
             Ok(())
         }
@@ -97,7 +99,9 @@ impl AppHandler for ControllerRpc {
         Box::pin(async move {
             let response = match codec::decode::<ControllerRequest>(&request) {
                 Ok(request) => self.0.handle(request).await,
-                Err(e) => ControllerResponse::Error(ApiError::new(ErrorCode::InvalidRequest, format!("bad request: {e}"))),
+                Err(e) => {
+                    ControllerResponse::Error(ApiError::new(ErrorCode::InvalidRequest, format!("bad request: {e}")))
+                }
             };
             codec::encode(&response).unwrap_or_default()
         })

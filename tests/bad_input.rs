@@ -26,7 +26,12 @@ fn admin_api_rejects_bad_requests_with_codes() {
         assert_error(&r, 400, "INVALID_TOPIC_EXCEPTION", "topic name");
     }
     assert_error(&post(json!({"name": "t", "partitions": 0, "replication_factor": 1})), 400, "INVALID_PARTITIONS", "0");
-    assert_error(&post(json!({"name": "t", "partitions": -2, "replication_factor": 1})), 400, "INVALID_PARTITIONS", "-2");
+    assert_error(
+        &post(json!({"name": "t", "partitions": -2, "replication_factor": 1})),
+        400,
+        "INVALID_PARTITIONS",
+        "-2",
+    );
     assert_error(
         &post(json!({"name": "t", "partitions": 1, "replication_factor": 3})),
         400,
@@ -49,8 +54,14 @@ fn admin_api_rejects_bad_requests_with_codes() {
     assert_error(&cluster.send_raw(1, "POST", "/v1/topics", "{\"nam\": \"x\"}"), 400, "INVALID_REQUEST", "JSON");
 
     assert_eq!(post(json!({"name": "t", "partitions": 2, "replication_factor": 1})).status, 201);
-    assert_error(&post(json!({"name": "t", "partitions": 1, "replication_factor": 1})), 409, "TOPIC_ALREADY_EXISTS", "t");
-    let grow = |count: i64| cluster.send(1, "POST", "/v1/topics/t/partitions", Some(json!({"count": count}))).expect("answer");
+    assert_error(
+        &post(json!({"name": "t", "partitions": 1, "replication_factor": 1})),
+        409,
+        "TOPIC_ALREADY_EXISTS",
+        "t",
+    );
+    let grow =
+        |count: i64| cluster.send(1, "POST", "/v1/topics/t/partitions", Some(json!({"count": count}))).expect("answer");
     assert_error(&grow(2), 400, "INVALID_PARTITIONS", "larger");
     assert_eq!(grow(4).status, 200);
     let patch = |body| cluster.send(1, "PATCH", "/v1/topics/t/configs", Some(body)).expect("answer");
@@ -59,10 +70,17 @@ fn admin_api_rejects_bad_requests_with_codes() {
     let elect = |body| cluster.send(1, "POST", "/v1/partitions/t/0/elect-leader", Some(body)).expect("answer");
     assert_error(&elect(json!({"type": "preferred"})), 409, "ELECTION_NOT_NEEDED", "already leads");
     assert_error(&elect(json!({"type": "sideways"})), 400, "INVALID_REQUEST", "preferred");
-    let missing = cluster.send(1, "POST", "/v1/partitions/t/99/elect-leader", Some(json!({"type": "preferred"}))).expect("answer");
+    let missing = cluster
+        .send(1, "POST", "/v1/partitions/t/99/elect-leader", Some(json!({"type": "preferred"})))
+        .expect("answer");
     assert_error(&missing, 404, "UNKNOWN_TOPIC_OR_PARTITION", "99");
 
-    assert_error(&cluster.send(1, "DELETE", "/v1/topics/nope", None).expect("answer"), 404, "UNKNOWN_TOPIC_OR_PARTITION", "nope");
+    assert_error(
+        &cluster.send(1, "DELETE", "/v1/topics/nope", None).expect("answer"),
+        404,
+        "UNKNOWN_TOPIC_OR_PARTITION",
+        "nope",
+    );
     assert_error(&cluster.get(1, "/v1/topics/nope").expect("answer"), 404, "UNKNOWN_TOPIC_OR_PARTITION", "nope");
     assert_error(&cluster.get(1, "/v1/groups/g").expect("answer"), 404, "GROUP_ID_NOT_FOUND", "g");
     // Nothing invalid was created.

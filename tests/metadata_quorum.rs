@@ -78,9 +78,8 @@ fn controller_failover_after_sigkill() {
 
     let killed_at = Instant::now();
     cluster.kill(old);
-    let new = wait_for("a new controller", Duration::from_secs(10), || {
-        cluster.controller(survivor).filter(|c| *c != old)
-    });
+    let new =
+        wait_for("a new controller", Duration::from_secs(10), || cluster.controller(survivor).filter(|c| *c != old));
     let failover = killed_at.elapsed();
     eprintln!("controller failover: {} -> {} in {:?}", old, new, failover);
     assert!(failover < Duration::from_secs(5), "failover took {failover:?}");
@@ -90,7 +89,12 @@ fn controller_failover_after_sigkill() {
     // The dead broker is fenced and leads nothing once its session expires.
     wait_for("the killed broker fenced with no leaderships", Duration::from_secs(10), || {
         let t = cluster.topic(survivor, "before")?;
-        let fenced = cluster.get(survivor, "/v1/brokers")?.body.as_array()?.iter().any(|b| b["id"] == old && b["state"] == "fenced");
+        let fenced = cluster
+            .get(survivor, "/v1/brokers")?
+            .body
+            .as_array()?
+            .iter()
+            .any(|b| b["id"] == old && b["state"] == "fenced");
         (fenced && !leaders(&t).contains(&(old as i64))).then_some(())
     });
     let created = cluster.create_topic(survivor, "after", 2, 2);
@@ -98,7 +102,8 @@ fn controller_failover_after_sigkill() {
 
     cluster.launch(old);
     cluster.wait_active(3, Duration::from_secs(20));
-    let caught_up = wait_for("the restarted node to see the new topic", Duration::from_secs(10), || cluster.topic(old, "after"));
+    let caught_up =
+        wait_for("the restarted node to see the new topic", Duration::from_secs(10), || cluster.topic(old, "after"));
     assert_eq!(topic_metadata(&caught_up), topic_metadata(&cluster.topic(survivor, "after").expect("after")));
     assert_eq!(cluster.get(old, "/ready").expect("ready").status, 200);
 }
@@ -109,13 +114,19 @@ fn whole_cluster_restart_recovers_metadata_from_sled() {
     assert_eq!(cluster.create_topic(1, "keep-1", 4, 3).status, 201);
     assert_eq!(cluster.create_topic(2, "keep-2", 1, 1).status, 201);
     let patched = cluster
-        .send(3, "PATCH", "/v1/topics/keep-1/configs", Some(json!({"retention.ms": "3600000", "cleanup.policy": "compact"})))
+        .send(
+            3,
+            "PATCH",
+            "/v1/topics/keep-1/configs",
+            Some(json!({"retention.ms": "3600000", "cleanup.policy": "compact"})),
+        )
         .expect("patch");
     assert_eq!(patched.status, 200, "{}", patched.body);
     assert_eq!(cluster.create_topic(1, "gone", 1, 1).status, 201);
     assert_eq!(cluster.send(1, "DELETE", "/v1/topics/gone", None).expect("delete").status, 204);
     let cluster_id = cluster.cluster_view(1).expect("view")["cluster_id"].clone();
-    let before: Vec<Value> = ["keep-1", "keep-2"].iter().map(|t| topic_metadata(&cluster.topic(1, t).expect("t"))).collect();
+    let before: Vec<Value> =
+        ["keep-1", "keep-2"].iter().map(|t| topic_metadata(&cluster.topic(1, t).expect("t"))).collect();
 
     for id in 1..=3 {
         assert!(cluster.stop(id).success(), "node {id} exits 0 on SIGTERM");
@@ -148,7 +159,11 @@ fn observers_follow_and_catch_up_through_a_snapshot() {
     let view = cluster.cluster_view(5).expect("view");
     assert_eq!(view["quorum"]["voters"], json!([1, 2, 3]));
     assert_eq!(view["quorum"]["observers"], json!([4, 5]));
-    assert_eq!(cluster.create_topic(4, "via-observer", 2, 3).status, 201, "writes through an observer reach the controller");
+    assert_eq!(
+        cluster.create_topic(4, "via-observer", 2, 3).status,
+        201,
+        "writes through an observer reach the controller"
+    );
     wait_for("the topic on observer 5", Duration::from_secs(5), || cluster.topic(5, "via-observer"));
 
     cluster.kill(5);
@@ -184,7 +199,9 @@ fn a_stopped_broker_is_fenced_and_comes_back() {
         let t = cluster.topic(watcher, "fence-me")?;
         (fenced && !leaders(&t).contains(&(victim as i64))).then_some(t)
     });
-    for (p_before, p_after) in before["partitions"].as_array().expect("p").iter().zip(after["partitions"].as_array().expect("p")) {
+    for (p_before, p_after) in
+        before["partitions"].as_array().expect("p").iter().zip(after["partitions"].as_array().expect("p"))
+    {
         assert!(!p_after["isr"].as_array().expect("isr").contains(&json!(victim)), "{p_after}");
         if p_before["leader"] == victim {
             assert_eq!(p_after["leader_epoch"].as_i64(), p_before["leader_epoch"].as_i64().map(|e| e + 1));
@@ -216,7 +233,13 @@ fn controlled_shutdown_moves_leadership_first() {
     // The preferred-leader election brings it back once the broker returns.
     cluster.launch(leaving as u64);
     cluster.wait_active(3, Duration::from_secs(20));
-    let p = t["partitions"].as_array().expect("p").iter().find(|p| p["replicas"][0] == leaving).expect("preferred 2").clone();
+    let p = t["partitions"]
+        .as_array()
+        .expect("p")
+        .iter()
+        .find(|p| p["replicas"][0] == leaving)
+        .expect("preferred 2")
+        .clone();
     let path = format!("/v1/partitions/moving/{}/elect-leader", p["partition"]);
     let r = cluster.send(3, "POST", &path, Some(json!({"type": "preferred"}))).expect("elect");
     // Broker 2 left every ISR on shutdown; with no data plane yet it is not

@@ -46,10 +46,7 @@ mod tests {
         let mut b = encode(&v).expect("encode");
         assert_eq!(decode::<(u64, String, Option<Vec<i32>>)>(&b).expect("decode"), v);
         b.push(0);
-        assert!(matches!(
-            decode::<(u64, String, Option<Vec<i32>>)>(&b),
-            Err(CodecError::TrailingBytes(1))
-        ));
+        assert!(matches!(decode::<(u64, String, Option<Vec<i32>>)>(&b), Err(CodecError::TrailingBytes(1))));
         assert!(decode::<(u64, String)>(&[0xff, 0xff]).is_err());
     }
 }

@@ -172,10 +172,8 @@ impl MetadataImage {
             }
             MetadataRecord::PartitionChange { topic_id, partition, leader, isr, replicas } => {
                 let topic = self.topic_by_id_mut(*topic_id)?;
-                let p = topic
-                    .partitions
-                    .get_mut(partition)
-                    .ok_or(ApplyError::UnknownPartition(*topic_id, *partition))?;
+                let p =
+                    topic.partitions.get_mut(partition).ok_or(ApplyError::UnknownPartition(*topic_id, *partition))?;
                 match leader {
                     LeaderChange::Unchanged => {}
                     LeaderChange::None => {
@@ -283,7 +281,13 @@ mod tests {
             active(1),
             active(2),
             MetadataRecord::Topic { name: "orders".into(), topic_id: t },
-            MetadataRecord::Partition { topic_id: t, partition: 0, replicas: vec![1, 2], isr: vec![1, 2], leader: Some(1) },
+            MetadataRecord::Partition {
+                topic_id: t,
+                partition: 0,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                leader: Some(1),
+            },
             MetadataRecord::Config {
                 resource: ConfigResource::Topic("orders".into()),
                 key: "retention.ms".into(),
@@ -353,8 +357,10 @@ mod tests {
             img.apply(&MetadataRecord::BrokerRegistrationChange { broker_id: 9, state: BrokerState::Fenced }),
             Err(ApplyError::UnknownBroker(9))
         );
-        assert_eq!(img.apply(&MetadataRecord::Topic { name: "orders".into(), topic_id: TopicId(8) }),
-            Err(ApplyError::TopicExists("orders".into())));
+        assert_eq!(
+            img.apply(&MetadataRecord::Topic { name: "orders".into(), topic_id: TopicId(8) }),
+            Err(ApplyError::TopicExists("orders".into()))
+        );
         assert_eq!(img, before);
     }
 
@@ -385,7 +391,13 @@ mod tests {
             .expect("apply");
         assert_eq!(img.partition_state(&p), PartitionState::Offline);
         assert_eq!(img.replica_state(&p, 2), ReplicaState::Offline);
-        let fresh = PartitionRegistration { replicas: vec![3], isr: vec![3], leader: None, leader_epoch: 0, partition_epoch: 0 };
+        let fresh = PartitionRegistration {
+            replicas: vec![3],
+            isr: vec![3],
+            leader: None,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        };
         assert_eq!(img.partition_state(&fresh), PartitionState::New);
     }
 

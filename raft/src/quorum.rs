@@ -158,8 +158,7 @@ impl Quorum {
     pub fn member_addr(&self, id: NodeId) -> Option<String> {
         let m = self.raft.metrics();
         let m = m.borrow();
-        m.membership_config.membership().get_node(&id).map(|n| n.addr.clone())
-            .or_else(|| self.voters.get(&id).cloned())
+        m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()).or_else(|| self.voters.get(&id).cloned())
     }
 
     /// Ids of the learners (observers) in the current membership.

@@ -65,7 +65,9 @@ pub enum ConfigResource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum MetadataRecord {
     /// The cluster's id, written once by the first controller.
-    ClusterId { cluster_id: String },
+    ClusterId {
+        cluster_id: String,
+    },
     /// A broker (re)registers; a new incarnation starts fenced.
     RegisterBroker {
         broker_id: i32,
@@ -75,8 +77,14 @@ pub enum MetadataRecord {
         raft: String,
     },
     /// Fenced, unfenced or shutting down.
-    BrokerRegistrationChange { broker_id: i32, state: BrokerState },
-    Topic { name: String, topic_id: TopicId },
+    BrokerRegistrationChange {
+        broker_id: i32,
+        state: BrokerState,
+    },
+    Topic {
+        name: String,
+        topic_id: TopicId,
+    },
     /// A new partition with its full initial registration.
     Partition {
         topic_id: TopicId,
@@ -94,7 +102,9 @@ pub enum MetadataRecord {
         isr: Option<Vec<i32>>,
         replicas: Option<Vec<i32>>,
     },
-    RemoveTopic { topic_id: TopicId },
+    RemoveTopic {
+        topic_id: TopicId,
+    },
     /// Sets (`Some`) or resets (`None`) one config key.
     Config {
         resource: ConfigResource,
@@ -102,7 +112,10 @@ pub enum MetadataRecord {
         value: Option<String>,
     },
     /// Hands the block `[next_producer_id - block_size, next_producer_id)` to a broker.
-    ProducerIds { broker_id: i32, next_producer_id: i64 },
+    ProducerIds {
+        broker_id: i32,
+        next_producer_id: i64,
+    },
 }
 
 #[cfg(test)]

@@ -61,7 +61,12 @@ impl Metrics {
             "Metadata log index applied on this node.",
             m.last_applied.map_or(0, |l| l.index).to_string(),
         );
-        gauge(&mut out, "strom_quorum_last_log_index", "Last metadata log index stored here.", m.last_log_index.unwrap_or(0).to_string());
+        gauge(
+            &mut out,
+            "strom_quorum_last_log_index",
+            "Last metadata log index stored here.",
+            m.last_log_index.unwrap_or(0).to_string(),
+        );
         gauge(&mut out, "strom_quorum_is_leader", "1 on the controller.", u8::from(quorum.is_leader()).to_string());
         let _ = writeln!(
             out,
@@ -89,9 +94,15 @@ impl Metrics {
     }
 
     fn render_http(&self, out: &mut String) {
-        let _ = writeln!(out, "# HELP strom_http_requests_total Admin API requests.\n# TYPE strom_http_requests_total counter");
+        let _ = writeln!(
+            out,
+            "# HELP strom_http_requests_total Admin API requests.\n# TYPE strom_http_requests_total counter"
+        );
         for ((method, route, status), n) in self.requests.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            let _ = writeln!(out, "strom_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "strom_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"
+            );
         }
         let _ = writeln!(
             out,
@@ -99,9 +110,14 @@ impl Metrics {
         );
         for (route, h) in self.latency.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             for (bound, n) in BUCKETS_S.iter().zip(h.counts) {
-                let _ = writeln!(out, "strom_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}");
+                let _ =
+                    writeln!(out, "strom_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}");
             }
-            let _ = writeln!(out, "strom_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(
+                out,
+                "strom_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                h.count
+            );
             let _ = writeln!(out, "strom_http_request_duration_seconds_sum{{route=\"{route}\"}} {}", h.sum_s);
             let _ = writeln!(out, "strom_http_request_duration_seconds_count{{route=\"{route}\"}} {}", h.count);
         }
@@ -119,7 +135,10 @@ mod tests {
         m.observe("GET", "/v1/topics", 200, Duration::from_millis(30));
         let mut out = String::new();
         m.render_http(&mut out);
-        assert!(out.contains("strom_http_requests_total{method=\"GET\",route=\"/v1/topics\",status=\"200\"} 2"), "{out}");
+        assert!(
+            out.contains("strom_http_requests_total{method=\"GET\",route=\"/v1/topics\",status=\"200\"} 2"),
+            "{out}"
+        );
         assert!(out.contains("le=\"0.005\"} 1"), "{out}");
         assert!(out.contains("le=\"0.05\"} 2"), "{out}");
         assert!(out.contains("le=\"+Inf\"} 2"), "{out}");

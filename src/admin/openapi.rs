@@ -21,8 +21,7 @@ fn op(summary: &str, responses: &[(&str, &str)]) -> Value {
 }
 
 fn with_body(mut operation: Value, schema: &str) -> Value {
-    operation["requestBody"] =
-        json!({"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}});
+    operation["requestBody"] = json!({"required": true, "content": {"application/json": {"schema": {"$ref": format!("#/components/schemas/{schema}")}}}});
     operation
 }
 

@@ -76,7 +76,9 @@ fn config_value(key: &str, v: &Value) -> Result<Option<String>, ApiError> {
         Value::String(s) => Ok(Some(s.clone())),
         Value::Number(n) => Ok(Some(n.to_string())),
         Value::Bool(b) => Ok(Some(b.to_string())),
-        _ => Err(ApiError::new(ErrorCode::InvalidConfig, format!("config `{key}` must be a string, number or boolean"))),
+        _ => {
+            Err(ApiError::new(ErrorCode::InvalidConfig, format!("config `{key}` must be a string, number or boolean")))
+        }
     }
 }
 
@@ -90,7 +92,10 @@ pub struct CreateTopic {
     configs: BTreeMap<String, Value>,
 }
 
-pub async fn create(State(ctx): Ctx, body: Result<Json<CreateTopic>, JsonRejection>) -> ApiResult<(StatusCode, Json<Value>)> {
+pub async fn create(
+    State(ctx): Ctx,
+    body: Result<Json<CreateTopic>, JsonRejection>,
+) -> ApiResult<(StatusCode, Json<Value>)> {
     let Json(body) = body?;
     let mut configs = BTreeMap::new();
     for (k, v) in &body.configs {
@@ -185,10 +190,6 @@ pub async fn elect_leader(
     };
     controller_write(&ctx, ControllerRequest::ElectLeader { topic: topic.clone(), partition, election }).await?;
     let image = ctx.quorum.image();
-    let p = image
-        .topics
-        .get(&topic)
-        .and_then(|t| t.partitions.get(&partition))
-        .ok_or_else(|| unknown_topic(&topic))?;
+    let p = image.topics.get(&topic).and_then(|t| t.partitions.get(&partition)).ok_or_else(|| unknown_topic(&topic))?;
     Ok(Json(partition_json(&image, partition, p)))
 }

@@ -34,8 +34,12 @@ pub enum TopicCommand {
         configs: Vec<String>,
     },
     List,
-    Describe { name: String },
-    Delete { name: String },
+    Describe {
+        name: String,
+    },
+    Delete {
+        name: String,
+    },
     AddPartitions {
         name: String,
         /// The new total number of partitions.
@@ -84,12 +88,14 @@ impl Api {
         let resp = req.send().await.map_err(|e| format!("cannot reach the admin API at {url}: {e}"))?;
         let status = resp.status();
         let text = resp.text().await.map_err(|e| format!("reading the answer from {url}: {e}"))?;
-        let value: Value = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        let value: Value =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
         if status.is_success() {
             Ok(value)
         } else {
             let code = value.get("error").and_then(Value::as_str).unwrap_or("HTTP_ERROR");
-            let message = value.get("message").and_then(Value::as_str).map_or_else(|| value.to_string(), str::to_string);
+            let message =
+                value.get("message").and_then(Value::as_str).map_or_else(|| value.to_string(), str::to_string);
             Err(format!("{code}: {message} (HTTP {})", status.as_u16()))
         }
     }
@@ -118,7 +124,8 @@ fn describe_topic(t: &Value) {
         let shown: Vec<String> = configs.iter().map(|(k, v)| format!("{k}={}", s(v))).collect();
         println!("Configs: {}", shown.join(" "));
     }
-    let mut table = Table::new(&["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "STATE", "LOG-START", "LOG-END", "HW"]);
+    let mut table =
+        Table::new(&["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "STATE", "LOG-START", "LOG-END", "HW"]);
     for p in t["partitions"].as_array().into_iter().flatten() {
         table.row(vec![
             s(&p["partition"]),
@@ -173,7 +180,8 @@ pub async fn topic(args: AdminArgs, command: TopicCommand) -> CliResult {
             return Ok(());
         }
         TopicCommand::AddPartitions { name, count } => {
-            api.call(reqwest::Method::POST, &format!("/v1/topics/{name}/partitions"), Some(json!({"count": count}))).await?
+            api.call(reqwest::Method::POST, &format!("/v1/topics/{name}/partitions"), Some(json!({"count": count})))
+                .await?
         }
     };
     if args.json {
@@ -205,7 +213,13 @@ pub async fn group(args: AdminArgs, command: GroupCommand) -> CliResult {
                 print_json(&g);
                 return Ok(());
             }
-            println!("Group: {}  state: {}  generation: {}  protocol: {}", s(&g["group_id"]), s(&g["state"]), s(&g["generation"]), s(&g["protocol"]));
+            println!(
+                "Group: {}  state: {}  generation: {}  protocol: {}",
+                s(&g["group_id"]),
+                s(&g["state"]),
+                s(&g["generation"]),
+                s(&g["protocol"])
+            );
             let mut members = Table::new(&["MEMBER", "CLIENT", "HOST", "ASSIGNMENT"]);
             for m in g["members"].as_array().into_iter().flatten() {
                 let assignment: Vec<String> = m["assignment"]
@@ -219,7 +233,13 @@ pub async fn group(args: AdminArgs, command: GroupCommand) -> CliResult {
             print!("{members}");
             let mut offsets = Table::new(&["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG"]);
             for o in g["offsets"].as_array().into_iter().flatten() {
-                offsets.row(vec![s(&o["topic"]), s(&o["partition"]), s(&o["committed"]), s(&o["log_end_offset"]), s(&o["lag"])]);
+                offsets.row(vec![
+                    s(&o["topic"]),
+                    s(&o["partition"]),
+                    s(&o["committed"]),
+                    s(&o["log_end_offset"]),
+                    s(&o["lag"]),
+                ]);
             }
             print!("{offsets}");
         }

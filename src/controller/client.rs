@@ -34,7 +34,12 @@ impl ControllerClient {
         Self { node_id: quorum.node_id(), quorum, controller, connections: tokio::sync::Mutex::new(HashMap::new()) }
     }
 
-    async fn call_remote(&self, addr: &str, request: &ControllerRequest, timeout: Duration) -> Option<ControllerResponse> {
+    async fn call_remote(
+        &self,
+        addr: &str,
+        request: &ControllerRequest,
+        timeout: Duration,
+    ) -> Option<ControllerResponse> {
         let bytes = codec::encode(request).ok()?;
         let mut conns = self.connections.lock().await;
         let conn = conns.entry(addr.to_string()).or_insert_with(|| Connection::new(addr));

@@ -183,7 +183,8 @@ mod tests {
 
     #[test]
     fn fenced_leader_hands_over_to_first_live_isr_member() {
-        let mut img = image(&[1, 2, 3], &[(vec![1, 2, 3], vec![1, 3, 2], Some(1)), (vec![2, 1, 3], vec![2, 1], Some(2))]);
+        let mut img =
+            image(&[1, 2, 3], &[(vec![1, 2, 3], vec![1, 3, 2], Some(1)), (vec![2, 1, 3], vec![2, 1], Some(2))]);
         let records = elections_without(&img, 1, false);
         assert_eq!(records.len(), 2);
         apply_all(&mut img, &records);
@@ -242,6 +243,8 @@ mod tests {
             ErrorCode::EligibleLeadersNotAvailable
         );
         let r = elect(&img, t, 1, p1, ElectionType::Unclean).expect("unclean");
-        assert!(matches!(r, MetadataRecord::PartitionChange { leader: LeaderChange::Elect(2), isr: Some(ref isr), .. } if isr == &vec![2]));
+        assert!(
+            matches!(r, MetadataRecord::PartitionChange { leader: LeaderChange::Elect(2), isr: Some(ref isr), .. } if isr == &vec![2])
+        );
     }
 }

@@ -49,7 +49,9 @@ impl Liveness {
             .values()
             .filter(|b| b.state != BrokerState::Fenced)
             .filter(|b| {
-                self.last_seen.get(&b.broker_id).is_none_or(|&seen| now.saturating_duration_since(seen) > self.session_timeout)
+                self.last_seen
+                    .get(&b.broker_id)
+                    .is_none_or(|&seen| now.saturating_duration_since(seen) > self.session_timeout)
             })
             .map(|b| b.broker_id)
             .collect()

@@ -125,7 +125,13 @@ impl Controller {
         self.settings.bool("unclean.leader.election.enable")
     }
 
-    async fn heartbeat(&self, quorum: &Quorum, broker_id: i32, incarnation_id: u64, applied: u64) -> ControllerResponse {
+    async fn heartbeat(
+        &self,
+        quorum: &Quorum,
+        broker_id: i32,
+        incarnation_id: u64,
+        applied: u64,
+    ) -> ControllerResponse {
         let image = quorum.image();
         let Some(broker) = image.brokers.get(&broker_id).filter(|b| b.incarnation_id == incarnation_id) else {
             return ControllerResponse::UnknownBroker;
@@ -136,7 +142,11 @@ impl Controller {
         }
         let _guard = self.write_lock.lock().await;
         let image = quorum.image();
-        if !image.brokers.get(&broker_id).is_some_and(|b| b.state == BrokerState::Fenced && b.incarnation_id == incarnation_id) {
+        if !image
+            .brokers
+            .get(&broker_id)
+            .is_some_and(|b| b.state == BrokerState::Fenced && b.incarnation_id == incarnation_id)
+        {
             return ControllerResponse::Heartbeat { fenced: false, index: 0 };
         }
         let mut records = vec![MetadataRecord::BrokerRegistrationChange { broker_id, state: BrokerState::Active }];
@@ -164,11 +174,13 @@ impl Controller {
         raft: String,
     ) -> Result<u64, ApiError> {
         let _guard = self.write_lock.lock().await;
-        let node_id = u64::try_from(broker_id).map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "bad broker id"))?;
+        let node_id =
+            u64::try_from(broker_id).map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "bad broker id"))?;
         if !quorum.voters().contains_key(&node_id) {
-            quorum.add_learner(node_id, raft.clone(), PROPOSE_TIMEOUT).await.map_err(|e| {
-                ApiError::new(ErrorCode::RequestTimedOut, format!("adding observer {broker_id}: {e}"))
-            })?;
+            quorum
+                .add_learner(node_id, raft.clone(), PROPOSE_TIMEOUT)
+                .await
+                .map_err(|e| ApiError::new(ErrorCode::RequestTimedOut, format!("adding observer {broker_id}: {e}")))?;
         }
         let image = quorum.image();
         if image.brokers.get(&broker_id).is_some_and(|b| b.incarnation_id == incarnation_id) {
@@ -189,7 +201,7 @@ impl Controller {
     async fn controlled_shutdown(&self, quorum: &Quorum, broker_id: i32, incarnation_id: u64) -> Result<u64, ApiError> {
         let _guard = self.write_lock.lock().await;
         let image = quorum.image();
-        if !image.brokers.get(&broker_id).is_some_and(|b| b.incarnation_id == incarnation_id) {
+        if image.brokers.get(&broker_id).is_none_or(|b| b.incarnation_id != incarnation_id) {
             return Ok(0);
         }
         let mut records =
@@ -211,12 +223,13 @@ impl Controller {
                 topics::create_topic(&image, name, *partitions, *replication_factor, configs, random)?
             }
             ControllerRequest::DeleteTopic { name } => topics::delete_topic(&image, name)?,
-            ControllerRequest::CreatePartitions { name, count } => topics::create_partitions(&image, name, *count, start)?,
+            ControllerRequest::CreatePartitions { name, count } => {
+                topics::create_partitions(&image, name, *count, start)?
+            }
             ControllerRequest::AlterConfigs { name, changes } => topics::alter_configs(&image, name, changes)?,
             ControllerRequest::ElectLeader { topic, partition, election } => {
-                let unknown = || {
-                    ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("no partition {topic}-{partition}"))
-                };
+                let unknown =
+                    || ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("no partition {topic}-{partition}"));
                 let t = image.topics.get(topic).ok_or_else(unknown)?;
                 let p = t.partitions.get(partition).ok_or_else(unknown)?;
                 vec![election::elect(&image, t, *partition, p, *election)?]

@@ -30,12 +30,20 @@ pub enum ControllerRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ControllerResponse {
     /// Done; the change is in the metadata log at `index` (0: nothing to write).
-    Done { index: u64 },
+    Done {
+        index: u64,
+    },
     /// A heartbeat's answer: whether the broker is fenced after it.
-    Heartbeat { fenced: bool, index: u64 },
+    Heartbeat {
+        fenced: bool,
+        index: u64,
+    },
     /// The broker must register (again) before heartbeating.
     UnknownBroker,
     Error(ApiError),
     /// Ask the quorum leader instead (its id and `--raft` address when known).
-    NotController { leader: Option<u64>, leader_addr: Option<String> },
+    NotController {
+        leader: Option<u64>,
+        leader_addr: Option<String>,
+    },
 }

@@ -76,10 +76,7 @@ pub fn create_topic(
     if replication_factor < 1 || replication_factor as usize > brokers.len() {
         return Err(ApiError::new(
             ErrorCode::InvalidReplicationFactor,
-            format!(
-                "replication factor {replication_factor} is not possible with {} active broker(s)",
-                brokers.len()
-            ),
+            format!("replication factor {replication_factor} is not possible with {} active broker(s)", brokers.len()),
         ));
     }
     let configs = validate_configs(configs)?;
@@ -165,7 +162,11 @@ pub fn alter_configs(
             Some(v) => Some(validate(def, key, v).map_err(|e| ApiError::new(ErrorCode::InvalidConfig, e.to_string()))?),
             None => None,
         };
-        records.push(MetadataRecord::Config { resource: ConfigResource::Topic(name.to_string()), key: key.clone(), value });
+        records.push(MetadataRecord::Config {
+            resource: ConfigResource::Topic(name.to_string()),
+            key: key.clone(),
+            value,
+        });
     }
     Ok(records)
 }
@@ -216,7 +217,10 @@ mod tests {
         assert_eq!(t.partitions.len(), 3);
         assert!(t.partitions.values().all(|p| p.replicas.len() == 2 && p.isr == p.replicas));
         assert_eq!(t.configs["retention.ms"], "60000");
-        assert_eq!(create_topic(&img, "t", 1, 1, &BTreeMap::new(), R).expect_err("dup").code, ErrorCode::TopicAlreadyExists);
+        assert_eq!(
+            create_topic(&img, "t", 1, 1, &BTreeMap::new(), R).expect_err("dup").code,
+            ErrorCode::TopicAlreadyExists
+        );
     }
 
     #[test]
@@ -246,7 +250,10 @@ mod tests {
         }
         assert_eq!(img.topics["t"].partitions.len(), 5);
         assert!(img.topics["t"].partitions.values().all(|p| p.replicas.len() == 3));
-        assert_eq!(create_partitions(&img, "nope", 5, 0).expect_err("unknown").code, ErrorCode::UnknownTopicOrPartition);
+        assert_eq!(
+            create_partitions(&img, "nope", 5, 0).expect_err("unknown").code,
+            ErrorCode::UnknownTopicOrPartition
+        );
     }
 
     #[test]

@@ -84,15 +84,10 @@ impl<'a> BatchHeader<'a> {
         if bytes.len() < HEADER_BYTES {
             return Err(BatchError::TooShort { len: bytes.len() });
         }
-        let header = Self {
-            bytes: &bytes[..HEADER_BYTES],
-        };
+        let header = Self { bytes: &bytes[..HEADER_BYTES] };
         let batch_length = header.batch_length();
         if batch_length < (HEADER_BYTES - LOG_OVERHEAD) as i32 {
-            return Err(BatchError::BadLength {
-                batch_length,
-                available: bytes.len() - LOG_OVERHEAD,
-            });
+            return Err(BatchError::BadLength { batch_length, available: bytes.len() - LOG_OVERHEAD });
         }
         if header.magic() != MAGIC_V2 {
             return Err(BatchError::BadMagic(header.magic()));
@@ -116,10 +111,7 @@ impl<'a> BatchHeader<'a> {
         }
         let computed = crc32c::crc32c(&bytes[CRC_COVERED_FROM..total]);
         if computed != header.crc() {
-            return Err(BatchError::CrcMismatch {
-                stored: header.crc(),
-                computed,
-            });
+            return Err(BatchError::CrcMismatch { stored: header.crc(), computed });
         }
         Ok(header)
     }
@@ -193,8 +185,7 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
 /// Rewrites partitionLeaderEpoch in place. The field is outside the CRC.
 /// `batch` must hold at least the first 16 header bytes.
 pub fn set_partition_leader_epoch(batch: &mut [u8], leader_epoch: i32) {
-    batch[PARTITION_LEADER_EPOCH_AT..PARTITION_LEADER_EPOCH_AT + 4]
-        .copy_from_slice(&leader_epoch.to_be_bytes());
+    batch[PARTITION_LEADER_EPOCH_AT..PARTITION_LEADER_EPOCH_AT + 4].copy_from_slice(&leader_epoch.to_be_bytes());
 }
 
 /// Splits a record set (concatenated batches) into validated batches,
@@ -229,13 +220,11 @@ pub(crate) mod test_batches {
         batch.extend_from_slice(payload);
         let batch_length = (batch.len() - LOG_OVERHEAD) as i32;
         batch[BATCH_LENGTH_AT..BATCH_LENGTH_AT + 4].copy_from_slice(&batch_length.to_be_bytes());
-        batch[PARTITION_LEADER_EPOCH_AT..PARTITION_LEADER_EPOCH_AT + 4]
-            .copy_from_slice(&(-1i32).to_be_bytes());
+        batch[PARTITION_LEADER_EPOCH_AT..PARTITION_LEADER_EPOCH_AT + 4].copy_from_slice(&(-1i32).to_be_bytes());
         batch[MAGIC_AT] = MAGIC_V2 as u8;
         let delta = record_count - 1;
         batch[LAST_OFFSET_DELTA_AT..LAST_OFFSET_DELTA_AT + 4].copy_from_slice(&delta.to_be_bytes());
-        batch[BASE_TIMESTAMP_AT..BASE_TIMESTAMP_AT + 8]
-            .copy_from_slice(&max_timestamp.to_be_bytes());
+        batch[BASE_TIMESTAMP_AT..BASE_TIMESTAMP_AT + 8].copy_from_slice(&max_timestamp.to_be_bytes());
         batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&max_timestamp.to_be_bytes());
         batch[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&(-1i64).to_be_bytes());
         batch[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&(-1i16).to_be_bytes());
@@ -274,27 +263,15 @@ mod tests {
     #[test]
     fn rejects_bad_batches() {
         let batch = build_batch(1, 0, b"x");
-        assert!(matches!(
-            BatchHeader::validate(&batch[..30]),
-            Err(BatchError::TooShort { .. })
-        ));
-        assert!(matches!(
-            BatchHeader::validate(&batch[..batch.len() - 1]),
-            Err(BatchError::BadLength { .. })
-        ));
+        assert!(matches!(BatchHeader::validate(&batch[..30]), Err(BatchError::TooShort { .. })));
+        assert!(matches!(BatchHeader::validate(&batch[..batch.len() - 1]), Err(BatchError::BadLength { .. })));
         let mut bad_magic = batch.clone();
         bad_magic[MAGIC_AT] = 1;
-        assert_eq!(
-            BatchHeader::validate(&bad_magic).err(),
-            Some(BatchError::BadMagic(1))
-        );
+        assert_eq!(BatchHeader::validate(&bad_magic).err(), Some(BatchError::BadMagic(1)));
         let mut flipped = batch.clone();
         let last = flipped.len() - 1;
         flipped[last] ^= 0xff;
-        assert!(matches!(
-            BatchHeader::validate(&flipped),
-            Err(BatchError::CrcMismatch { .. })
-        ));
+        assert!(matches!(BatchHeader::validate(&flipped), Err(BatchError::CrcMismatch { .. })));
     }
 
     #[test]

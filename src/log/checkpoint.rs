@@ -29,11 +29,7 @@ pub fn write_atomic(path: &Path, contents: &[u8]) -> Result<()> {
     tmp_name.push(TMP_SUFFIX);
     let tmp_path = PathBuf::from(tmp_name);
     {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp_path)?;
+        let mut file = OpenOptions::new().write(true).create(true).truncate(true).open(&tmp_path)?;
         file.write_all(contents)?;
         file.sync_all()?;
     }
@@ -53,30 +49,17 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
 /// Splits a checkpoint body into its entry lines after checking the version
 /// and count lines. Shared by the offset and leader-epoch checkpoints.
 pub(crate) fn parse_lines<'a>(path: &Path, text: &'a str) -> Result<Vec<&'a str>> {
-    let corrupt = |reason: String| LogError::CorruptCheckpoint {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let corrupt = |reason: String| LogError::CorruptCheckpoint { path: path.to_path_buf(), reason };
     let mut lines = text.lines();
-    let version = lines
-        .next()
-        .ok_or_else(|| corrupt("missing version line".into()))?;
+    let version = lines.next().ok_or_else(|| corrupt("missing version line".into()))?;
     if version.trim() != CHECKPOINT_VERSION.to_string() {
         return Err(corrupt(format!("unsupported version {version:?}")));
     }
-    let count_line = lines
-        .next()
-        .ok_or_else(|| corrupt("missing count line".into()))?;
-    let count: usize = count_line
-        .trim()
-        .parse()
-        .map_err(|_| corrupt(format!("bad count line {count_line:?}")))?;
+    let count_line = lines.next().ok_or_else(|| corrupt("missing count line".into()))?;
+    let count: usize = count_line.trim().parse().map_err(|_| corrupt(format!("bad count line {count_line:?}")))?;
     let entries: Vec<&str> = lines.filter(|line| !line.trim().is_empty()).collect();
     if entries.len() != count {
-        return Err(corrupt(format!(
-            "count says {count} entries, found {}",
-            entries.len()
-        )));
+        return Err(corrupt(format!("count says {count} entries, found {}", entries.len())));
     }
     Ok(entries)
 }
@@ -115,22 +98,14 @@ impl OffsetCheckpointFile {
         };
         let mut offsets = BTreeMap::new();
         for line in parse_lines(&self.path, &text)? {
-            let corrupt = || LogError::CorruptCheckpoint {
-                path: self.path.clone(),
-                reason: format!("bad entry line {line:?}"),
-            };
+            let corrupt =
+                || LogError::CorruptCheckpoint { path: self.path.clone(), reason: format!("bad entry line {line:?}") };
             // Topic names cannot contain spaces (Kafka's legal characters are
             // [a-zA-Z0-9._-]), so splitting on whitespace is unambiguous.
             let mut fields = line.split_whitespace();
             let topic = fields.next().ok_or_else(corrupt)?;
-            let partition: i32 = fields
-                .next()
-                .and_then(|f| f.parse().ok())
-                .ok_or_else(corrupt)?;
-            let offset: i64 = fields
-                .next()
-                .and_then(|f| f.parse().ok())
-                .ok_or_else(corrupt)?;
+            let partition: i32 = fields.next().and_then(|f| f.parse().ok()).ok_or_else(corrupt)?;
+            let offset: i64 = fields.next().and_then(|f| f.parse().ok()).ok_or_else(corrupt)?;
             if fields.next().is_some() {
                 return Err(corrupt());
             }
@@ -141,10 +116,8 @@ impl OffsetCheckpointFile {
 
     /// Replaces the file atomically with `offsets`.
     pub fn write(&self, offsets: &BTreeMap<(String, i32), i64>) -> Result<()> {
-        let lines: Vec<String> = offsets
-            .iter()
-            .map(|((topic, partition), offset)| format!("{topic} {partition} {offset}"))
-            .collect();
+        let lines: Vec<String> =
+            offsets.iter().map(|((topic, partition), offset)| format!("{topic} {partition} {offset}")).collect();
         write_atomic(&self.path, render_lines(&lines).as_bytes())
     }
 }
@@ -165,10 +138,7 @@ mod tests {
         assert_eq!(file.read()?, offsets);
         let text = fs::read_to_string(file.path())?;
         assert_eq!(text, "0\n2\norders 0 42\norders 3 7\n");
-        assert!(!dir
-            .path()
-            .join("recovery-point-offset-checkpoint.tmp")
-            .exists());
+        assert!(!dir.path().join("recovery-point-offset-checkpoint.tmp").exists());
         Ok(())
     }
 
@@ -179,10 +149,7 @@ mod tests {
         let file = OffsetCheckpointFile::new(&path);
         for body in ["", "1\n0\n", "0\n2\nt 0 1\n", "0\n1\nt x 1\n"] {
             fs::write(&path, body)?;
-            assert!(
-                matches!(file.read(), Err(LogError::CorruptCheckpoint { .. })),
-                "{body:?}"
-            );
+            assert!(matches!(file.read(), Err(LogError::CorruptCheckpoint { .. })), "{body:?}");
         }
         Ok(())
     }

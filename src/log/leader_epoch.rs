@@ -48,12 +48,7 @@ impl LeaderEpochCache {
         let path = dir.join(LEADER_EPOCH_CHECKPOINT_FILE);
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Self {
-                    path,
-                    entries: Vec::new(),
-                })
-            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(Self { path, entries: Vec::new() }),
             Err(err) => return Err(err.into()),
         };
         let mut entries: Vec<EpochEntry> = Vec::new();
@@ -63,27 +58,15 @@ impl LeaderEpochCache {
                 reason: format!("{reason}: {line:?}"),
             };
             let mut fields = line.split_whitespace();
-            let epoch: i32 = fields
-                .next()
-                .and_then(|f| f.parse().ok())
-                .ok_or_else(|| corrupt("bad epoch"))?;
-            let start_offset: i64 = fields
-                .next()
-                .and_then(|f| f.parse().ok())
-                .ok_or_else(|| corrupt("bad offset"))?;
+            let epoch: i32 = fields.next().and_then(|f| f.parse().ok()).ok_or_else(|| corrupt("bad epoch"))?;
+            let start_offset: i64 = fields.next().and_then(|f| f.parse().ok()).ok_or_else(|| corrupt("bad offset"))?;
             if fields.next().is_some() {
                 return Err(corrupt("extra fields"));
             }
-            if entries
-                .last()
-                .is_some_and(|last| epoch <= last.epoch || start_offset <= last.start_offset)
-            {
+            if entries.last().is_some_and(|last| epoch <= last.epoch || start_offset <= last.start_offset) {
                 return Err(corrupt("entries are not increasing"));
             }
-            entries.push(EpochEntry {
-                epoch,
-                start_offset,
-            });
+            entries.push(EpochEntry { epoch, start_offset });
         }
         Ok(Self { path, entries })
     }
@@ -97,11 +80,8 @@ impl LeaderEpochCache {
     }
 
     fn persist(&self) -> Result<()> {
-        let lines: Vec<String> = self
-            .entries
-            .iter()
-            .map(|entry| format!("{} {}", entry.epoch, entry.start_offset))
-            .collect();
+        let lines: Vec<String> =
+            self.entries.iter().map(|entry| format!("{} {}", entry.epoch, entry.start_offset)).collect();
         write_atomic(&self.path, render_lines(&lines).as_bytes())
     }
 
@@ -119,18 +99,14 @@ impl LeaderEpochCache {
             }
         }
         let before = self.entries.len();
-        self.entries
-            .retain(|entry| entry.epoch < epoch && entry.start_offset < start_offset);
+        self.entries.retain(|entry| entry.epoch < epoch && entry.start_offset < start_offset);
         if self.entries.len() != before {
             warn!(
                 path = %self.path.display(), epoch, start_offset, removed = before - self.entries.len(),
                 "leader epoch entry contradicts later entries; removing them"
             );
         }
-        self.entries.push(EpochEntry {
-            epoch,
-            start_offset,
-        });
+        self.entries.push(EpochEntry { epoch, start_offset });
         self.persist()
     }
 
@@ -148,9 +124,7 @@ impl LeaderEpochCache {
     /// The log now starts at `start_offset`: drop epochs wholly before it
     /// and move the start of the epoch containing it up to it.
     pub fn truncate_from_start(&mut self, start_offset: i64) -> Result<()> {
-        let first_kept = self
-            .entries
-            .partition_point(|entry| entry.start_offset <= start_offset);
+        let first_kept = self.entries.partition_point(|entry| entry.start_offset <= start_offset);
         if first_kept == 0 {
             return Ok(());
         }
@@ -159,10 +133,7 @@ impl LeaderEpochCache {
             return Ok(());
         }
         self.entries.drain(..first_kept - 1);
-        self.entries[0] = EpochEntry {
-            epoch: containing.epoch,
-            start_offset,
-        };
+        self.entries[0] = EpochEntry { epoch: containing.epoch, start_offset };
         self.persist()
     }
 
@@ -177,32 +148,20 @@ impl LeaderEpochCache {
     /// the largest known epoch <= the requested one (the requested epoch
     /// itself when it predates every entry). `None` (UNDEFINED) for a
     /// negative epoch or one newer than any known.
-    pub fn end_offset_for(
-        &self,
-        requested_epoch: i32,
-        log_end_offset: i64,
-    ) -> Option<EpochEndOffset> {
+    pub fn end_offset_for(&self, requested_epoch: i32, log_end_offset: i64) -> Option<EpochEndOffset> {
         if requested_epoch < 0 {
             return None;
         }
         if self.latest_epoch() == Some(requested_epoch) {
-            return Some(EpochEndOffset {
-                leader_epoch: requested_epoch,
-                end_offset: log_end_offset,
-            });
+            return Some(EpochEndOffset { leader_epoch: requested_epoch, end_offset: log_end_offset });
         }
-        let higher = self
-            .entries
-            .partition_point(|entry| entry.epoch <= requested_epoch);
+        let higher = self.entries.partition_point(|entry| entry.epoch <= requested_epoch);
         let next = self.entries.get(higher)?;
         let leader_epoch = match higher {
             0 => requested_epoch,
             n => self.entries[n - 1].epoch,
         };
-        Some(EpochEndOffset {
-            leader_epoch,
-            end_offset: next.start_offset,
-        })
+        Some(EpochEndOffset { leader_epoch, end_offset: next.start_offset })
     }
 }
 
@@ -211,10 +170,7 @@ mod tests {
     use super::*;
 
     fn entry(epoch: i32, start_offset: i64) -> EpochEntry {
-        EpochEntry {
-            epoch,
-            start_offset,
-        }
+        EpochEntry { epoch, start_offset }
     }
 
     #[test]
@@ -241,12 +197,7 @@ mod tests {
         cache.assign(1, 0)?;
         cache.assign(3, 10)?;
         cache.assign(4, 25)?;
-        let answer = |epoch, end| {
-            Some(EpochEndOffset {
-                leader_epoch: epoch,
-                end_offset: end,
-            })
-        };
+        let answer = |epoch, end| Some(EpochEndOffset { leader_epoch: epoch, end_offset: end });
         assert_eq!(cache.end_offset_for(4, 40), answer(4, 40));
         assert_eq!(cache.end_offset_for(3, 40), answer(3, 25));
         assert_eq!(cache.end_offset_for(2, 40), answer(1, 10));
@@ -280,14 +231,8 @@ mod tests {
     #[test]
     fn corrupt_file_is_an_error() -> Result<()> {
         let dir = tempfile::tempdir()?;
-        std::fs::write(
-            dir.path().join(LEADER_EPOCH_CHECKPOINT_FILE),
-            "0\n2\n3 10\n2 20\n",
-        )?;
-        assert!(matches!(
-            LeaderEpochCache::open(dir.path()),
-            Err(LogError::CorruptCheckpoint { .. })
-        ));
+        std::fs::write(dir.path().join(LEADER_EPOCH_CHECKPOINT_FILE), "0\n2\n3 10\n2 20\n")?;
+        assert!(matches!(LeaderEpochCache::open(dir.path()), Err(LogError::CorruptCheckpoint { .. })));
         Ok(())
     }
 }

@@ -82,8 +82,7 @@ impl LogConfig {
     /// Rejects settings the log cannot honour.
     pub fn validate(&self) -> Result<(), LogError> {
         let invalid = |reason: &'static str| Err(LogError::InvalidConfig(reason));
-        if self.segment_bytes < batch::HEADER_BYTES as u64 || self.segment_bytes > SEGMENT_BYTES_MAX
-        {
+        if self.segment_bytes < batch::HEADER_BYTES as u64 || self.segment_bytes > SEGMENT_BYTES_MAX {
             return invalid("segment_bytes must be between 61 and 2147483647");
         }
         if self.max_message_bytes > SEGMENT_BYTES_MAX {
@@ -114,16 +113,9 @@ pub enum LogError {
     #[error("batch of {size} bytes exceeds max message bytes {max}")]
     MessageTooLarge { size: u64, max: u64 },
     #[error("offset {offset} is outside the log [{log_start_offset}, {log_end_offset}]")]
-    OffsetOutOfRange {
-        offset: i64,
-        log_start_offset: i64,
-        log_end_offset: i64,
-    },
+    OffsetOutOfRange { offset: i64, log_start_offset: i64, log_end_offset: i64 },
     #[error("batch base offset {base_offset} is below the log end offset {log_end_offset}")]
-    NonMonotonicAppend {
-        base_offset: i64,
-        log_end_offset: i64,
-    },
+    NonMonotonicAppend { base_offset: i64, log_end_offset: i64 },
     #[error("leader epoch {epoch} is older than the latest epoch {latest_epoch} in the log")]
     StaleLeaderEpoch { epoch: i32, latest_epoch: i32 },
     #[error("index append rejected: {0}")]

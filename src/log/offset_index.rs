@@ -39,12 +39,7 @@ pub struct OffsetIndex {
 impl OffsetIndex {
     /// Creates an empty index, replacing whatever file was at `path`.
     pub fn create(path: &Path, base_offset: i64, max_index_bytes: u64) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)?;
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
         Ok(Self {
             path: path.to_path_buf(),
             file,
@@ -57,12 +52,7 @@ impl OffsetIndex {
     /// Loads an existing index file. Returns `Ok(None)` when the file is
     /// missing or fails the sanity checks (partial entry, non-increasing
     /// entries, a position at or past `log_size_bytes`): the caller rebuilds.
-    pub fn load(
-        path: &Path,
-        base_offset: i64,
-        max_index_bytes: u64,
-        log_size_bytes: u64,
-    ) -> Result<Option<Self>> {
+    pub fn load(path: &Path, base_offset: i64, max_index_bytes: u64, log_size_bytes: u64) -> Result<Option<Self>> {
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -75,24 +65,15 @@ impl OffsetIndex {
         for chunk in bytes.chunks_exact(OFFSET_INDEX_ENTRY_BYTES as usize) {
             let relative = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
             let position = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
-            let increasing = entries
-                .last()
-                .is_none_or(|&(r, p)| relative > r && position > p);
+            let increasing = entries.last().is_none_or(|&(r, p)| relative > r && position > p);
             if !increasing || u64::from(position) >= log_size_bytes {
                 return Ok(None);
             }
             entries.push((relative, position));
         }
         let file = OpenOptions::new().read(true).write(true).open(path)?;
-        let max_entries =
-            ((max_index_bytes / OFFSET_INDEX_ENTRY_BYTES).max(1) as usize).max(entries.len());
-        Ok(Some(Self {
-            path: path.to_path_buf(),
-            file,
-            base_offset,
-            max_entries,
-            entries,
-        }))
+        let max_entries = ((max_index_bytes / OFFSET_INDEX_ENTRY_BYTES).max(1) as usize).max(entries.len());
+        Ok(Some(Self { path: path.to_path_buf(), file, base_offset, max_entries, entries }))
     }
 
     pub fn path(&self) -> &Path {
@@ -116,10 +97,7 @@ impl OffsetIndex {
     }
 
     fn absolute(&self, (relative, position): (u32, u32)) -> OffsetPosition {
-        OffsetPosition {
-            offset: self.base_offset + i64::from(relative),
-            position,
-        }
+        OffsetPosition { offset: self.base_offset + i64::from(relative), position }
     }
 
     /// Appends an entry. Rejects offsets or positions that do not increase,
@@ -141,16 +119,12 @@ impl OffsetIndex {
             }
         }
         if self.is_full() {
-            return Err(LogError::InvalidIndexAppend(format!(
-                "index {} is full",
-                self.path.display()
-            )));
+            return Err(LogError::InvalidIndexAppend(format!("index {} is full", self.path.display())));
         }
         let mut raw = [0u8; OFFSET_INDEX_ENTRY_BYTES as usize];
         raw[..4].copy_from_slice(&relative.to_be_bytes());
         raw[4..].copy_from_slice(&position.to_be_bytes());
-        self.file
-            .write_all_at(&raw, self.entries.len() as u64 * OFFSET_INDEX_ENTRY_BYTES)?;
+        self.file.write_all_at(&raw, self.entries.len() as u64 * OFFSET_INDEX_ENTRY_BYTES)?;
         self.entries.push((relative, position));
         Ok(())
     }
@@ -158,23 +132,16 @@ impl OffsetIndex {
     /// The greatest entry whose offset is <= `target`, or the segment start
     /// (base offset, position 0) when there is none.
     pub fn lookup(&self, target: i64) -> OffsetPosition {
-        let below = self
-            .entries
-            .partition_point(|&entry| self.absolute(entry).offset <= target);
+        let below = self.entries.partition_point(|&entry| self.absolute(entry).offset <= target);
         match below {
-            0 => OffsetPosition {
-                offset: self.base_offset,
-                position: 0,
-            },
+            0 => OffsetPosition { offset: self.base_offset, position: 0 },
             n => self.absolute(self.entries[n - 1]),
         }
     }
 
     /// Drops every entry whose offset is >= `offset`.
     pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
-        let keep = self
-            .entries
-            .partition_point(|&entry| self.absolute(entry).offset < offset);
+        let keep = self.entries.partition_point(|&entry| self.absolute(entry).offset < offset);
         self.entries.truncate(keep);
         self.file.set_len(keep as u64 * OFFSET_INDEX_ENTRY_BYTES)?;
         Ok(())
@@ -193,53 +160,16 @@ mod tests {
     #[test]
     fn lookup_finds_greatest_entry_at_or_below() -> Result<()> {
         let dir = tempfile::tempdir()?;
-        let mut index =
-            OffsetIndex::create(&dir.path().join("00000000000000000100.index"), 100, 1024)?;
-        assert_eq!(
-            index.lookup(150),
-            OffsetPosition {
-                offset: 100,
-                position: 0
-            }
-        );
+        let mut index = OffsetIndex::create(&dir.path().join("00000000000000000100.index"), 100, 1024)?;
+        assert_eq!(index.lookup(150), OffsetPosition { offset: 100, position: 0 });
         index.append(110, 4096)?;
         index.append(130, 8192)?;
         index.append(160, 12288)?;
-        assert_eq!(
-            index.lookup(99),
-            OffsetPosition {
-                offset: 100,
-                position: 0
-            }
-        );
-        assert_eq!(
-            index.lookup(109),
-            OffsetPosition {
-                offset: 100,
-                position: 0
-            }
-        );
-        assert_eq!(
-            index.lookup(110),
-            OffsetPosition {
-                offset: 110,
-                position: 4096
-            }
-        );
-        assert_eq!(
-            index.lookup(159),
-            OffsetPosition {
-                offset: 130,
-                position: 8192
-            }
-        );
-        assert_eq!(
-            index.lookup(1_000),
-            OffsetPosition {
-                offset: 160,
-                position: 12288
-            }
-        );
+        assert_eq!(index.lookup(99), OffsetPosition { offset: 100, position: 0 });
+        assert_eq!(index.lookup(109), OffsetPosition { offset: 100, position: 0 });
+        assert_eq!(index.lookup(110), OffsetPosition { offset: 110, position: 4096 });
+        assert_eq!(index.lookup(159), OffsetPosition { offset: 130, position: 8192 });
+        assert_eq!(index.lookup(1_000), OffsetPosition { offset: 160, position: 12288 });
         Ok(())
     }
 
@@ -267,18 +197,9 @@ mod tests {
         }
         index.truncate_to(30)?;
         assert_eq!(index.len(), 2);
-        assert_eq!(
-            std::fs::metadata(&path)?.len(),
-            2 * OFFSET_INDEX_ENTRY_BYTES
-        );
+        assert_eq!(std::fs::metadata(&path)?.len(), 2 * OFFSET_INDEX_ENTRY_BYTES);
         let reloaded = OffsetIndex::load(&path, 0, 1024, 1_000)?.expect("sane index");
-        assert_eq!(
-            reloaded.last_entry(),
-            Some(OffsetPosition {
-                offset: 20,
-                position: 200
-            })
-        );
+        assert_eq!(reloaded.last_entry(), Some(OffsetPosition { offset: 20, position: 200 }));
         // A position past the end of the log fails the sanity check.
         assert!(OffsetIndex::load(&path, 0, 1024, 150)?.is_none());
         std::fs::write(&path, [0u8; 5])?;

@@ -21,9 +21,7 @@ use tracing::{info, warn};
 use super::batch::{self, split_record_set, BatchHeader};
 use super::checkpoint::{sync_dir, TMP_SUFFIX};
 use super::leader_epoch::{EpochEndOffset, EpochEntry, LeaderEpochCache};
-use super::segment::{
-    parse_segment_file_name, BatchInfo, LogSegment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
-};
+use super::segment::{parse_segment_file_name, BatchInfo, LogSegment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use super::{LogConfig, LogError, Result};
 
 /// What an append wrote.
@@ -106,10 +104,8 @@ impl PartitionLog {
             last_seen_ms: now_ms,
         };
         log.recovery_point = log.log_end_offset();
-        log.leader_epoch_cache
-            .truncate_from_end(log.log_end_offset())?;
-        log.leader_epoch_cache
-            .truncate_from_start(log.log_start_offset())?;
+        log.leader_epoch_cache.truncate_from_end(log.log_end_offset())?;
+        log.leader_epoch_cache.truncate_from_start(log.log_start_offset())?;
         info!(
             topic,
             partition,
@@ -141,25 +137,15 @@ impl PartitionLog {
     }
 
     fn active(&self) -> &LogSegment {
-        self.segments
-            .values()
-            .next_back()
-            .expect("a log always has an active segment")
+        self.segments.values().next_back().expect("a log always has an active segment")
     }
 
     fn active_mut(&mut self) -> &mut LogSegment {
-        self.segments
-            .values_mut()
-            .next_back()
-            .expect("a log always has an active segment")
+        self.segments.values_mut().next_back().expect("a log always has an active segment")
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        *self
-            .segments
-            .keys()
-            .next()
-            .expect("a log always has an active segment")
+        *self.segments.keys().next().expect("a log always has an active segment")
     }
 
     /// The offset the next appended record gets.
@@ -185,28 +171,17 @@ impl PartitionLog {
     /// offsets from the log end offset by rewriting each base offset, stamps
     /// `leader_epoch`, and writes the bytes as given. All or nothing: a bad
     /// batch rejects the whole set before anything is written.
-    pub fn append_as_leader(
-        &mut self,
-        records: &mut [u8],
-        leader_epoch: i32,
-        now_ms: i64,
-    ) -> Result<AppendInfo> {
+    pub fn append_as_leader(&mut self, records: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
         let ranges = split_record_set(records)?;
         for range in &ranges {
             let size = range.len() as u64;
             if size > self.config.max_message_bytes {
-                return Err(LogError::MessageTooLarge {
-                    size,
-                    max: self.config.max_message_bytes,
-                });
+                return Err(LogError::MessageTooLarge { size, max: self.config.max_message_bytes });
             }
         }
         if let Some(latest_epoch) = self.leader_epoch_cache.latest_epoch() {
             if leader_epoch < latest_epoch {
-                return Err(LogError::StaleLeaderEpoch {
-                    epoch: leader_epoch,
-                    latest_epoch,
-                });
+                return Err(LogError::StaleLeaderEpoch { epoch: leader_epoch, latest_epoch });
             }
         }
         let mut next_offset = self.log_end_offset();
@@ -246,35 +221,22 @@ impl PartitionLog {
     ) -> Result<AppendInfo> {
         let infos: Vec<BatchInfo> = ranges
             .iter()
-            .map(|range| {
-                BatchHeader::parse(&records[range.clone()])
-                    .map(|header| BatchInfo::from_header(&header))
-            })
+            .map(|range| BatchHeader::parse(&records[range.clone()]).map(|header| BatchInfo::from_header(&header)))
             .collect::<std::result::Result<_, _>>()?;
         let (Some(first), Some(last)) = (infos.first(), infos.last()) else {
-            return Err(LogError::CorruptBatch(batch::BatchError::TooShort {
-                len: records.len(),
-            }));
+            return Err(LogError::CorruptBatch(batch::BatchError::TooShort { len: records.len() }));
         };
         let append = AppendInfo {
             base_offset: first.base_offset,
             last_offset: last.last_offset,
-            max_timestamp: infos
-                .iter()
-                .map(|info| info.max_timestamp)
-                .max()
-                .unwrap_or(-1),
-            record_count: infos
-                .iter()
-                .map(|info| info.record_count.max(0) as u64)
-                .sum(),
+            max_timestamp: infos.iter().map(|info| info.max_timestamp).max().unwrap_or(-1),
+            record_count: infos.iter().map(|info| info.record_count.max(0) as u64).sum(),
             size_bytes: records.len() as u64,
         };
         self.last_seen_ms = self.last_seen_ms.max(now_ms);
         self.maybe_roll(&append, now_ms)?;
         for (range, info) in ranges.iter().zip(&infos) {
-            self.leader_epoch_cache
-                .assign(info.partition_leader_epoch, info.base_offset)?;
+            self.leader_epoch_cache.assign(info.partition_leader_epoch, info.base_offset)?;
             self.active_mut().append(&records[range.clone()], info)?;
         }
         self.unflushed_messages += append.record_count;
@@ -290,8 +252,7 @@ impl PartitionLog {
         let should_roll = offsets_overflow
             || (!active.is_empty()
                 && (active.size_bytes() + append.size_bytes > self.config.segment_bytes
-                    || now_ms.saturating_sub(active.created_ms())
-                        >= as_ms(self.config.segment_ms)
+                    || now_ms.saturating_sub(active.created_ms()) >= as_ms(self.config.segment_ms)
                     || active.indexes_full()));
         if should_roll {
             // A follower may append past a gap: roll at the batch's own base.
@@ -303,10 +264,7 @@ impl PartitionLog {
     /// Seals the active segment (final time index entry, fsync) and starts
     /// a new one at `new_base_offset`. An empty active segment is replaced.
     fn roll(&mut self, new_base_offset: i64, now_ms: i64) -> Result<()> {
-        assert!(
-            new_base_offset >= self.log_end_offset(),
-            "a new segment starts at or after the log end"
-        );
+        assert!(new_base_offset >= self.log_end_offset(), "a new segment starts at or after the log end");
         let active_base = self.active().base_offset();
         if self.active().is_empty() {
             if active_base == new_base_offset {
@@ -337,17 +295,9 @@ impl PartitionLog {
         let log_end_offset = self.log_end_offset();
         let log_start_offset = self.log_start_offset();
         if start_offset < log_start_offset || start_offset > log_end_offset {
-            return Err(LogError::OffsetOutOfRange {
-                offset: start_offset,
-                log_start_offset,
-                log_end_offset,
-            });
+            return Err(LogError::OffsetOutOfRange { offset: start_offset, log_start_offset, log_end_offset });
         }
-        let floor = self
-            .segments
-            .range(..=start_offset)
-            .next_back()
-            .map_or(log_start_offset, |(&base, _)| base);
+        let floor = self.segments.range(..=start_offset).next_back().map_or(log_start_offset, |(&base, _)| base);
         for segment in self.segments.range(floor..).map(|(_, segment)| segment) {
             if let Some(bytes) = segment.read(start_offset, max_bytes, max_offset, true)? {
                 return Ok(Bytes::from(bytes));
@@ -364,10 +314,7 @@ impl PartitionLog {
     pub fn offset_for_timestamp(&self, target_timestamp: i64) -> Result<Option<TimestampOffset>> {
         for segment in self.segments.values() {
             if let Some(found) = segment.find_batch_by_timestamp(target_timestamp)? {
-                return Ok(Some(TimestampOffset {
-                    timestamp: found.max_timestamp,
-                    offset: found.base_offset,
-                }));
+                return Ok(Some(TimestampOffset { timestamp: found.max_timestamp, offset: found.base_offset }));
             }
         }
         Ok(None)
@@ -377,16 +324,10 @@ impl PartitionLog {
     /// (by their largest timestamp) or `retention_bytes`, never the active
     /// segment and never one holding offsets at or above `high_watermark`.
     /// Moves the log start offset and trims the leader epoch cache.
-    pub fn apply_retention(
-        &mut self,
-        now_ms: i64,
-        high_watermark: i64,
-    ) -> Result<RetentionOutcome> {
+    pub fn apply_retention(&mut self, now_ms: i64, high_watermark: i64) -> Result<RetentionOutcome> {
         let mut outcome = RetentionOutcome::default();
-        let mut excess_bytes = self
-            .config
-            .retention_bytes
-            .map_or(0, |limit| self.size_bytes().saturating_sub(limit) as i128);
+        let mut excess_bytes =
+            self.config.retention_bytes.map_or(0, |limit| self.size_bytes().saturating_sub(limit) as i128);
         loop {
             let mut bases = self.segments.keys().copied();
             let (Some(oldest), Some(next_base)) = (bases.next(), bases.next()) else {
@@ -396,11 +337,12 @@ impl PartitionLog {
                 break;
             }
             let segment = &self.segments[&oldest];
-            let time_breach = self.config.retention_ms.is_some_and(|limit| {
-                now_ms.saturating_sub(segment.largest_timestamp()) > as_ms(limit)
-            });
-            let size_breach = self.config.retention_bytes.is_some()
-                && excess_bytes - i128::from(segment.size_bytes()) >= 0;
+            let time_breach = self
+                .config
+                .retention_ms
+                .is_some_and(|limit| now_ms.saturating_sub(segment.largest_timestamp()) > as_ms(limit));
+            let size_breach =
+                self.config.retention_bytes.is_some() && excess_bytes - i128::from(segment.size_bytes()) >= 0;
             if !(time_breach || size_breach) {
                 break;
             }
@@ -420,8 +362,7 @@ impl PartitionLog {
         if outcome.deleted_segments > 0 {
             let log_start_offset = self.log_start_offset();
             self.recovery_point = self.recovery_point.max(log_start_offset);
-            self.leader_epoch_cache
-                .truncate_from_start(log_start_offset)?;
+            self.leader_epoch_cache.truncate_from_start(log_start_offset)?;
         }
         Ok(outcome)
     }
@@ -438,11 +379,7 @@ impl PartitionLog {
             self.truncate_fully_and_start_at(target_offset)?;
             return Ok(true);
         }
-        let doomed: Vec<i64> = self
-            .segments
-            .range(target_offset + 1..)
-            .map(|(&base, _)| base)
-            .collect();
+        let doomed: Vec<i64> = self.segments.range(target_offset + 1..).map(|(&base, _)| base).collect();
         for base in doomed {
             if let Some(segment) = self.segments.remove(&base) {
                 segment.delete()?;
@@ -499,14 +436,9 @@ impl PartitionLog {
             self.last_flush_ms = now_ms;
             return Ok(false);
         }
-        let by_count = self
-            .config
-            .flush_messages
-            .is_some_and(|limit| self.unflushed_messages >= limit);
-        let by_time = self
-            .config
-            .flush_ms
-            .is_some_and(|limit| now_ms.saturating_sub(self.last_flush_ms) >= as_ms(limit));
+        let by_count = self.config.flush_messages.is_some_and(|limit| self.unflushed_messages >= limit);
+        let by_time =
+            self.config.flush_ms.is_some_and(|limit| now_ms.saturating_sub(self.last_flush_ms) >= as_ms(limit));
         if by_count || by_time {
             self.flush()?;
             self.last_flush_ms = now_ms;
@@ -529,8 +461,7 @@ impl PartitionLog {
 
     /// OffsetsForLeaderEpoch: where `leader_epoch` ended in this log.
     pub fn end_offset_for_epoch(&self, leader_epoch: i32) -> Option<EpochEndOffset> {
-        self.leader_epoch_cache
-            .end_offset_for(leader_epoch, self.log_end_offset())
+        self.leader_epoch_cache.end_offset_for(leader_epoch, self.log_end_offset())
     }
 
     /// Flushes and closes the log.
@@ -567,8 +498,8 @@ fn scan_partition_dir(dir: &Path) -> Result<Vec<i64>> {
             fs::remove_file(entry.path())?;
         } else if let Some(base) = parse_segment_file_name(&name, LOG_SUFFIX) {
             log_bases.push(base);
-        } else if let Some(base) = parse_segment_file_name(&name, INDEX_SUFFIX)
-            .or_else(|| parse_segment_file_name(&name, TIME_INDEX_SUFFIX))
+        } else if let Some(base) =
+            parse_segment_file_name(&name, INDEX_SUFFIX).or_else(|| parse_segment_file_name(&name, TIME_INDEX_SUFFIX))
         {
             index_files.push((base, entry.path()));
         }
@@ -613,9 +544,7 @@ fn load_segments(
             }
             continue;
         }
-        let trusted = base_offsets
-            .get(i + 1)
-            .is_some_and(|&next| next <= recovery_point);
+        let trusted = base_offsets.get(i + 1).is_some_and(|&next| next <= recovery_point);
         let (segment, cut_bytes) = if trusted {
             LogSegment::open_clean(dir, base, config, now_ms)?
         } else {

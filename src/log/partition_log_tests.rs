@@ -80,10 +80,7 @@ fn append_and_read_round_trip_across_rolls() {
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 0));
     let mut first = build_batch(3, 1_000, b"first");
     let info = log.append_as_leader(&mut first, 0, 0).unwrap();
-    assert_eq!(
-        (info.base_offset, info.last_offset, info.record_count),
-        (0, 2, 3)
-    );
+    assert_eq!((info.base_offset, info.last_offset, info.record_count), (0, 2, 3));
     let mut batches = vec![first];
     batches.extend(append_batches(&mut log, 40, 0));
     assert_eq!(log.log_end_offset(), 41 * 3);
@@ -95,11 +92,7 @@ fn append_and_read_round_trip_across_rolls() {
         let bytes = log.read(offset, 1, i64::MAX).unwrap();
         let header = BatchHeader::validate(&bytes).unwrap();
         assert!(header.base_offset() <= offset && offset <= header.last_offset());
-        assert_eq!(
-            header.total_size(),
-            bytes.len(),
-            "max_bytes 1 still returns one whole batch"
-        );
+        assert_eq!(header.total_size(), bytes.len(), "max_bytes 1 still returns one whole batch");
     }
     drop(log);
     let reopened = open(dir.path(), small_config(), 0);
@@ -115,26 +108,14 @@ fn read_respects_max_bytes_max_offset_and_range() {
     let mut log = open(dir.path(), config, 0);
     let batches = append_batches(&mut log, 5, 0);
     let size = batches[0].len();
-    assert_eq!(
-        log.read(0, size * 2 + size / 2, i64::MAX).unwrap().len(),
-        size * 2
-    );
+    assert_eq!(log.read(0, size * 2 + size / 2, i64::MAX).unwrap().len(), size * 2);
     assert_eq!(log.read(3, size * 10, i64::MAX).unwrap().len(), size * 4);
     // The high watermark bounds what is returned.
     assert_eq!(log.read(0, size * 10, 6).unwrap().len(), size * 2);
     assert!(log.read(6, size * 10, 6).unwrap().is_empty());
-    assert!(
-        log.read(15, 100, i64::MAX).unwrap().is_empty(),
-        "empty at the log end"
-    );
-    assert!(matches!(
-        log.read(16, 100, i64::MAX),
-        Err(LogError::OffsetOutOfRange { offset: 16, .. })
-    ));
-    assert!(matches!(
-        log.read(-1, 100, i64::MAX),
-        Err(LogError::OffsetOutOfRange { .. })
-    ));
+    assert!(log.read(15, 100, i64::MAX).unwrap().is_empty(), "empty at the log end");
+    assert!(matches!(log.read(16, 100, i64::MAX), Err(LogError::OffsetOutOfRange { offset: 16, .. })));
+    assert!(matches!(log.read(-1, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
 }
 
 #[test]
@@ -145,10 +126,7 @@ fn offset_index_is_used_for_lookups() {
     let mut log = open(dir.path(), config, 0);
     let batches = append_batches(&mut log, 30, 0);
     let segment = log.segments.values().next().unwrap();
-    assert!(
-        segment.offset_index().len() >= 10,
-        "an entry about every 128 bytes"
-    );
+    assert!(segment.offset_index().len() >= 10, "an entry about every 128 bytes");
     let entry = segment.offset_index().lookup(50);
     assert!(entry.offset <= 50 && entry.position > 0);
     let bytes = log.read(50, 1, i64::MAX).unwrap();
@@ -162,20 +140,11 @@ fn rejects_too_large_and_corrupt_batches() {
     config.max_message_bytes = 200;
     let mut log = open(dir.path(), config, 0);
     let mut big = build_batch(1, 0, &[7u8; 300]);
-    assert!(matches!(
-        log.append_as_leader(&mut big, 0, 0),
-        Err(LogError::MessageTooLarge {
-            size: 361,
-            max: 200
-        })
-    ));
+    assert!(matches!(log.append_as_leader(&mut big, 0, 0), Err(LogError::MessageTooLarge { size: 361, max: 200 })));
     let mut corrupt = build_batch(1, 0, b"abc");
     let last = corrupt.len() - 1;
     corrupt[last] ^= 1;
-    assert!(matches!(
-        log.append_as_leader(&mut corrupt, 0, 0),
-        Err(LogError::CorruptBatch(_))
-    ));
+    assert!(matches!(log.append_as_leader(&mut corrupt, 0, 0), Err(LogError::CorruptBatch(_))));
     // A record set with one good and one bad batch writes nothing.
     let mut set = build_batch(1, 0, b"good");
     set.extend_from_slice(&big);
@@ -184,10 +153,7 @@ fn rejects_too_large_and_corrupt_batches() {
     let mut two = build_batch(2, 0, b"a");
     two.extend(build_batch(4, 0, b"b"));
     let info = log.append_as_leader(&mut two, 0, 0).unwrap();
-    assert_eq!(
-        (info.base_offset, info.last_offset, info.record_count),
-        (0, 5, 6)
-    );
+    assert_eq!((info.base_offset, info.last_offset, info.record_count), (0, 5, 6));
     assert_eq!(read_all(&log).len(), 2);
 }
 
@@ -197,51 +163,16 @@ fn offset_for_timestamp_finds_first_batch_at_or_after() {
     let mut log = open(dir.path(), small_config(), 0);
     append_batches(&mut log, 30, 0); // batch i: offsets 3i..3i+2, timestamp 1000(i+1)
     let at = |ts| log.offset_for_timestamp(ts).unwrap();
-    assert_eq!(
-        at(0),
-        Some(TimestampOffset {
-            timestamp: 1_000,
-            offset: 0
-        })
-    );
-    assert_eq!(
-        at(1_000),
-        Some(TimestampOffset {
-            timestamp: 1_000,
-            offset: 0
-        })
-    );
-    assert_eq!(
-        at(1_001),
-        Some(TimestampOffset {
-            timestamp: 2_000,
-            offset: 3
-        })
-    );
-    assert_eq!(
-        at(17_500),
-        Some(TimestampOffset {
-            timestamp: 18_000,
-            offset: 51
-        })
-    );
-    assert_eq!(
-        at(30_000),
-        Some(TimestampOffset {
-            timestamp: 30_000,
-            offset: 87
-        })
-    );
+    assert_eq!(at(0), Some(TimestampOffset { timestamp: 1_000, offset: 0 }));
+    assert_eq!(at(1_000), Some(TimestampOffset { timestamp: 1_000, offset: 0 }));
+    assert_eq!(at(1_001), Some(TimestampOffset { timestamp: 2_000, offset: 3 }));
+    assert_eq!(at(17_500), Some(TimestampOffset { timestamp: 18_000, offset: 51 }));
+    assert_eq!(at(30_000), Some(TimestampOffset { timestamp: 30_000, offset: 87 }));
     assert_eq!(at(30_001), None);
     drop(log);
     // After a clean reopen (indexes loaded, not rebuilt) the answers hold.
     let log = open(dir.path(), small_config(), i64::MAX);
-    assert_eq!(
-        log.offset_for_timestamp(17_500)
-            .unwrap()
-            .map(|found| found.offset),
-        Some(51)
-    );
+    assert_eq!(log.offset_for_timestamp(17_500).unwrap().map(|found| found.offset), Some(51));
 }
 
 #[test]
@@ -256,20 +187,11 @@ fn offset_for_timestamp_matches_brute_force_with_unordered_timestamps() {
         stored.push(batch);
     }
     for target in (0..6_200).step_by(50) {
-        let expected = stored
-            .iter()
-            .map(|batch| BatchHeader::validate(batch).unwrap())
-            .find_map(|header| {
-                (header.max_timestamp() >= target).then(|| TimestampOffset {
-                    timestamp: header.max_timestamp(),
-                    offset: header.base_offset(),
-                })
-            });
-        assert_eq!(
-            log.offset_for_timestamp(target).unwrap(),
-            expected,
-            "target {target}"
-        );
+        let expected = stored.iter().map(|batch| BatchHeader::validate(batch).unwrap()).find_map(|header| {
+            (header.max_timestamp() >= target)
+                .then(|| TimestampOffset { timestamp: header.max_timestamp(), offset: header.base_offset() })
+        });
+        assert_eq!(log.offset_for_timestamp(target).unwrap(), expected, "target {target}");
     }
 }
 
@@ -279,13 +201,10 @@ fn rolls_by_segment_ms() {
     let mut config = small_config();
     config.segment_ms = 1_000;
     let mut log = open(dir.path(), config, 0);
-    log.append_as_leader(&mut build_batch(1, 0, b"a"), 0, 10)
-        .unwrap();
-    log.append_as_leader(&mut build_batch(1, 0, b"b"), 0, 500)
-        .unwrap();
+    log.append_as_leader(&mut build_batch(1, 0, b"a"), 0, 10).unwrap();
+    log.append_as_leader(&mut build_batch(1, 0, b"b"), 0, 500).unwrap();
     assert_eq!(log.segment_base_offsets(), vec![0]);
-    log.append_as_leader(&mut build_batch(1, 0, b"c"), 0, 1_000)
-        .unwrap();
+    log.append_as_leader(&mut build_batch(1, 0, b"c"), 0, 1_000).unwrap();
     assert_eq!(log.segment_base_offsets(), vec![0, 2]);
     assert_eq!(log.recovery_point(), 2, "the sealed segment was fsynced");
 }
@@ -307,23 +226,13 @@ fn retention_by_time_deletes_old_sealed_segments() {
     assert!(start > 0 && bases.contains(&start));
     let first_kept = log.offset_for_timestamp(0).unwrap().unwrap();
     assert_eq!(first_kept.offset, start);
-    assert!(
-        first_kept.timestamp >= 15_000 - 1_000 * 4,
-        "only whole segments are deleted"
-    );
-    assert!(matches!(
-        log.read(0, 100, i64::MAX),
-        Err(LogError::OffsetOutOfRange { .. })
-    ));
+    assert!(first_kept.timestamp >= 15_000 - 1_000 * 4, "only whole segments are deleted");
+    assert!(matches!(log.read(0, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
     // Far in the future every sealed segment goes, the active one stays.
-    log.apply_retention(1_000_000, log.log_end_offset())
-        .unwrap();
+    log.apply_retention(1_000_000, log.log_end_offset()).unwrap();
     assert_eq!(log.segment_base_offsets().len(), 1);
     assert_eq!(log.log_end_offset(), 90);
-    assert_eq!(
-        read_all(&log).len(),
-        90 / 3 - log.log_start_offset() as usize / 3
-    );
+    assert_eq!(read_all(&log).len(), 90 / 3 - log.log_start_offset() as usize / 3);
 }
 
 #[test]
@@ -337,10 +246,7 @@ fn retention_by_size_keeps_at_most_retention_bytes() {
     let outcome = log.apply_retention(0, log.log_end_offset()).unwrap();
     assert!(outcome.deleted_segments > 0);
     assert_eq!(log.size_bytes(), before - outcome.deleted_bytes);
-    assert!(
-        log.size_bytes() <= 2_000 + 1024,
-        "within one segment of the limit"
-    );
+    assert!(log.size_bytes() <= 2_000 + 1024, "within one segment of the limit");
     assert!(log.size_bytes() > 2_000 - 1024);
 }
 
@@ -358,37 +264,17 @@ fn truncate_to_removes_the_tail_and_epochs() {
     assert_eq!(log.latest_epoch(), Some(4));
     assert!(log.truncate_to(45).unwrap());
     assert_eq!(log.log_end_offset(), 45);
-    assert_eq!(
-        log.epoch_entries(),
-        &[EpochEntry {
-            epoch: 1,
-            start_offset: 0
-        }]
-    );
+    assert_eq!(log.epoch_entries(), &[EpochEntry { epoch: 1, start_offset: 0 }]);
     assert!(!log.truncate_to(100).unwrap(), "nothing past the log end");
     // Appends continue from the new log end; the state survives a reopen.
-    let info = log
-        .append_as_leader(&mut build_batch(2, 99_000, b"new"), 5, 0)
-        .unwrap();
+    let info = log.append_as_leader(&mut build_batch(2, 99_000, b"new"), 5, 0).unwrap();
     assert_eq!(info.base_offset, 45);
     drop(log);
     let log = open(dir.path(), small_config(), 0);
     assert_eq!(log.log_end_offset(), 47);
     assert_eq!(read_all(&log).len(), 16);
-    assert_eq!(
-        log.end_offset_for_epoch(1),
-        Some(EpochEndOffset {
-            leader_epoch: 1,
-            end_offset: 45
-        })
-    );
-    assert_eq!(
-        log.end_offset_for_epoch(5),
-        Some(EpochEndOffset {
-            leader_epoch: 5,
-            end_offset: 47
-        })
-    );
+    assert_eq!(log.end_offset_for_epoch(1), Some(EpochEndOffset { leader_epoch: 1, end_offset: 45 }));
+    assert_eq!(log.end_offset_for_epoch(5), Some(EpochEndOffset { leader_epoch: 5, end_offset: 47 }));
 }
 
 #[test]
@@ -400,9 +286,7 @@ fn truncate_fully_and_start_at_resets_the_log() {
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 500));
     assert_eq!(log.segment_base_offsets(), vec![500]);
     assert!(log.epoch_entries().is_empty());
-    let info = log
-        .append_as_leader(&mut build_batch(1, 0, b"x"), 3, 0)
-        .unwrap();
+    let info = log.append_as_leader(&mut build_batch(1, 0, b"x"), 3, 0).unwrap();
     assert_eq!(info.base_offset, 500);
     drop(log);
     let log = open(dir.path(), small_config(), 0);
@@ -422,31 +306,18 @@ fn leader_epoch_checkpoint_tracks_appends() {
     append_batches(&mut log, 1, 5);
     let text = fs::read_to_string(log.dir().join(LEADER_EPOCH_CHECKPOINT_FILE)).unwrap();
     assert_eq!(text, "0\n3\n0 0\n2 6\n5 12\n");
-    let answer = |epoch, end| {
-        Some(EpochEndOffset {
-            leader_epoch: epoch,
-            end_offset: end,
-        })
-    };
+    let answer = |epoch, end| Some(EpochEndOffset { leader_epoch: epoch, end_offset: end });
     assert_eq!(log.end_offset_for_epoch(0), answer(0, 6));
     assert_eq!(log.end_offset_for_epoch(1), answer(0, 6));
     assert_eq!(log.end_offset_for_epoch(5), answer(5, 15));
     assert_eq!(log.end_offset_for_epoch(6), None);
     assert!(matches!(
         log.append_as_leader(&mut build_batch(1, 0, b"old"), 4, 0),
-        Err(LogError::StaleLeaderEpoch {
-            epoch: 4,
-            latest_epoch: 5
-        })
+        Err(LogError::StaleLeaderEpoch { epoch: 4, latest_epoch: 5 })
     ));
     // Stored batches carry the stamped epoch.
     let stored = log.read(12, 1, i64::MAX).unwrap();
-    assert_eq!(
-        BatchHeader::validate(&stored)
-            .unwrap()
-            .partition_leader_epoch(),
-        5
-    );
+    assert_eq!(BatchHeader::validate(&stored).unwrap().partition_leader_epoch(), 5);
 }
 
 #[test]
@@ -463,18 +334,9 @@ fn follower_appends_keep_leader_offsets() {
         offset = info.last_offset + 1;
     }
     assert_eq!(read_all(&follower), batches);
-    assert_eq!(
-        follower.epoch_entries(),
-        &[EpochEntry {
-            epoch: 7,
-            start_offset: 0
-        }]
-    );
+    assert_eq!(follower.epoch_entries(), &[EpochEntry { epoch: 7, start_offset: 0 }]);
     let again = leader.read(0, 1, i64::MAX).unwrap();
-    assert!(matches!(
-        follower.append_as_follower(&again, 0),
-        Err(LogError::NonMonotonicAppend { .. })
-    ));
+    assert!(matches!(follower.append_as_follower(&again, 0), Err(LogError::NonMonotonicAppend { .. })));
 }
 
 #[test]
@@ -485,28 +347,16 @@ fn flush_follows_flush_messages_and_flush_ms() {
     config.flush_messages = Some(7);
     config.flush_ms = Some(1_000);
     let mut log = open(dir.path(), config, 0);
-    log.append_as_leader(&mut build_batch(3, 0, b"a"), 0, 100)
-        .unwrap();
-    log.append_as_leader(&mut build_batch(3, 0, b"b"), 0, 200)
-        .unwrap();
+    log.append_as_leader(&mut build_batch(3, 0, b"a"), 0, 100).unwrap();
+    log.append_as_leader(&mut build_batch(3, 0, b"b"), 0, 200).unwrap();
     assert_eq!((log.unflushed_messages(), log.recovery_point()), (6, 0));
-    log.append_as_leader(&mut build_batch(3, 0, b"c"), 0, 300)
-        .unwrap();
-    assert_eq!(
-        (log.unflushed_messages(), log.recovery_point()),
-        (0, 9),
-        "7 messages reached"
-    );
-    log.append_as_leader(&mut build_batch(1, 0, b"d"), 0, 400)
-        .unwrap();
+    log.append_as_leader(&mut build_batch(3, 0, b"c"), 0, 300).unwrap();
+    assert_eq!((log.unflushed_messages(), log.recovery_point()), (0, 9), "7 messages reached");
+    log.append_as_leader(&mut build_batch(1, 0, b"d"), 0, 400).unwrap();
     assert!(!log.maybe_flush(1_200).unwrap());
-    assert!(
-        log.maybe_flush(1_300).unwrap(),
-        "1000 ms since the last flush"
-    );
+    assert!(log.maybe_flush(1_300).unwrap(), "1000 ms since the last flush");
     assert_eq!(log.recovery_point(), 10);
-    log.append_as_leader(&mut build_batch(1, 0, b"e"), 0, 1_400)
-        .unwrap();
+    log.append_as_leader(&mut build_batch(1, 0, b"e"), 0, 1_400).unwrap();
     log.flush().unwrap();
     assert_eq!(log.recovery_point(), 11);
 }
@@ -527,15 +377,9 @@ fn recover_after(damage: impl FnOnce(&Path, &[Vec<u8>]), expect_kept: usize) {
     assert_eq!(read_all(&log), batches[..expect_kept]);
     assert_eq!(log.log_end_offset(), expect_kept as i64 * 3);
     let kept_bytes: usize = batches[..expect_kept].iter().map(Vec::len).sum();
-    assert_eq!(
-        fs::metadata(&path).unwrap().len(),
-        kept_bytes as u64,
-        "tail was cut on disk"
-    );
+    assert_eq!(fs::metadata(&path).unwrap().len(), kept_bytes as u64, "tail was cut on disk");
     // The recovered log takes appends again.
-    let info = log
-        .append_as_leader(&mut build_batch(1, 0, b"after"), 0, 0)
-        .unwrap();
+    let info = log.append_as_leader(&mut build_batch(1, 0, b"after"), 0, 0).unwrap();
     assert_eq!(info.base_offset, expect_kept as i64 * 3);
 }
 
@@ -610,12 +454,7 @@ fn clean_segments_reuse_or_rebuild_their_indexes() {
     let log = open(dir.path(), small_config(), end);
     assert_eq!(read_all(&log), batches);
     assert_eq!(fs::metadata(&index).unwrap().len() % 8, 0);
-    assert_eq!(
-        log.offset_for_timestamp(2_500)
-            .unwrap()
-            .map(|found| found.offset),
-        Some(6)
-    );
+    assert_eq!(log.offset_for_timestamp(2_500).unwrap().map(|found| found.offset), Some(6));
 }
 
 #[test]

@@ -99,12 +99,7 @@ impl LogSegment {
     /// Creates an empty segment, replacing any files at its paths.
     pub fn create(dir: &Path, base_offset: i64, config: &LogConfig, now_ms: i64) -> Result<Self> {
         let log_path = dir.join(segment_file_name(base_offset, LOG_SUFFIX));
-        let log_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&log_path)?;
+        let log_file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&log_path)?;
         Self::assemble(dir, base_offset, config, now_ms, log_path, log_file)
     }
 
@@ -146,12 +141,7 @@ impl LogSegment {
     /// Opens an existing segment and recovers it: every batch is checked
     /// (length, magic, CRC-32C, increasing offsets), indexes are rebuilt,
     /// and a torn or corrupt tail is cut off. Returns the bytes cut.
-    pub fn open_and_recover(
-        dir: &Path,
-        base_offset: i64,
-        config: &LogConfig,
-        now_ms: i64,
-    ) -> Result<(Self, u64)> {
+    pub fn open_and_recover(dir: &Path, base_offset: i64, config: &LogConfig, now_ms: i64) -> Result<(Self, u64)> {
         let log_path = dir.join(segment_file_name(base_offset, LOG_SUFFIX));
         let log_file = OpenOptions::new().read(true).write(true).open(&log_path)?;
         let mut segment = Self::assemble(dir, base_offset, config, now_ms, log_path, log_file)?;
@@ -162,39 +152,19 @@ impl LogSegment {
     /// Opens a segment below the recovery point (known flushed): loads its
     /// index files and reads only the batches after the last index entry. If
     /// an index fails its sanity checks, falls back to a full recovery.
-    pub fn open_clean(
-        dir: &Path,
-        base_offset: i64,
-        config: &LogConfig,
-        now_ms: i64,
-    ) -> Result<(Self, u64)> {
+    pub fn open_clean(dir: &Path, base_offset: i64, config: &LogConfig, now_ms: i64) -> Result<(Self, u64)> {
         let log_path = dir.join(segment_file_name(base_offset, LOG_SUFFIX));
         let log_file = OpenOptions::new().read(true).write(true).open(&log_path)?;
         let size_bytes = log_file.metadata()?.len();
         let index_path = dir.join(segment_file_name(base_offset, INDEX_SUFFIX));
         let time_index_path = dir.join(segment_file_name(base_offset, TIME_INDEX_SUFFIX));
-        if let Some(offset_index) = OffsetIndex::load(
-            &index_path,
-            base_offset,
-            config.segment_index_bytes,
-            size_bytes,
-        )? {
-            let tail_from = offset_index
-                .last_entry()
-                .map_or(0, |entry| u64::from(entry.position));
+        if let Some(offset_index) = OffsetIndex::load(&index_path, base_offset, config.segment_index_bytes, size_bytes)?
+        {
+            let tail_from = offset_index.last_entry().map_or(0, |entry| u64::from(entry.position));
             if let Ok(tail) = walk_batches(&log_file, tail_from, size_bytes) {
-                let next_offset = tail
-                    .last()
-                    .map_or(base_offset, |batch| batch.info.last_offset + 1);
-                let loaded = TimeIndex::load(
-                    &time_index_path,
-                    base_offset,
-                    config.segment_index_bytes,
-                    next_offset,
-                )?;
-                if let (Some(time_index), true) =
-                    (loaded, tail_ends_at(&tail, tail_from, size_bytes))
-                {
+                let next_offset = tail.last().map_or(base_offset, |batch| batch.info.last_offset + 1);
+                let loaded = TimeIndex::load(&time_index_path, base_offset, config.segment_index_bytes, next_offset)?;
+                if let (Some(time_index), true) = (loaded, tail_ends_at(&tail, tail_from, size_bytes)) {
                     let mut segment = Self {
                         base_offset,
                         log_path,
@@ -291,16 +261,12 @@ impl LogSegment {
             self.max_timestamp = info.max_timestamp;
             self.offset_of_max_timestamp = info.base_offset;
         }
-        if self.bytes_since_last_index_entry > self.index_interval_bytes
-            && !self.offset_index.is_full()
-        {
-            let position = u32::try_from(position).map_err(|_| {
-                LogError::InvalidIndexAppend(format!("position {position} exceeds 32 bits"))
-            })?;
+        if self.bytes_since_last_index_entry > self.index_interval_bytes && !self.offset_index.is_full() {
+            let position = u32::try_from(position)
+                .map_err(|_| LogError::InvalidIndexAppend(format!("position {position} exceeds 32 bits")))?;
             self.offset_index.append(info.base_offset, position)?;
             if self.max_timestamp >= 0 && !self.time_index.is_full() {
-                self.time_index
-                    .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
             }
             self.bytes_since_last_index_entry = 0;
         }
@@ -311,15 +277,8 @@ impl LogSegment {
 
     /// Appends one validated batch whose offsets are already assigned.
     pub fn append(&mut self, batch: &[u8], info: &BatchInfo) -> Result<()> {
-        assert_eq!(
-            batch.len() as u64,
-            info.size_bytes,
-            "batch bytes and header disagree"
-        );
-        assert!(
-            info.base_offset >= self.next_offset,
-            "offsets only grow within a segment"
-        );
+        assert_eq!(batch.len() as u64, info.size_bytes, "batch bytes and header disagree");
+        assert!(info.base_offset >= self.next_offset, "offsets only grow within a segment");
         let position = self.size_bytes;
         self.log_file.write_all_at(batch, position)?;
         self.size_bytes += info.size_bytes;
@@ -357,9 +316,7 @@ impl LogSegment {
             return Ok(None);
         };
         let max_bytes = max_bytes as u64;
-        if first.info.base_offset >= max_offset
-            || (first.info.size_bytes > max_bytes && !min_one_batch)
-        {
+        if first.info.base_offset >= max_offset || (first.info.size_bytes > max_bytes && !min_one_batch) {
             return Ok(Some(Vec::new()));
         }
         let mut total = first.info.size_bytes;
@@ -409,14 +366,9 @@ impl LogSegment {
         self.log_file.set_len(cut.position)?;
         self.size_bytes = cut.position;
         // Rebuild the in-memory tail state from the last index entry on.
-        let tail_from = self
-            .offset_index
-            .last_entry()
-            .map_or(0, |entry| u64::from(entry.position));
+        let tail_from = self.offset_index.last_entry().map_or(0, |entry| u64::from(entry.position));
         let tail = walk_batches(&self.log_file, tail_from, self.size_bytes)?;
-        self.next_offset = tail
-            .last()
-            .map_or(self.base_offset, |batch| batch.info.last_offset + 1);
+        self.next_offset = tail.last().map_or(self.base_offset, |batch| batch.info.last_offset + 1);
         self.max_timestamp = -1;
         self.offset_of_max_timestamp = self.base_offset;
         self.absorb_tail_timestamps(&tail);
@@ -428,8 +380,7 @@ impl LogSegment {
     /// timestamp in the time index (so a restart finds it) and fsyncs.
     pub fn on_become_inactive(&mut self) -> Result<()> {
         if self.max_timestamp >= 0 {
-            self.time_index
-                .maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
         }
         self.flush()
     }
@@ -521,20 +472,14 @@ fn walk_batches(file: &File, from: u64, to: u64) -> Result<Vec<BatchAt>> {
 }
 
 fn tail_ends_at(tail: &[BatchAt], from: u64, end: u64) -> bool {
-    tail.last().map_or(from == end, |batch| {
-        batch.position + batch.info.size_bytes == end
-    })
+    tail.last().map_or(from == end, |batch| batch.position + batch.info.size_bytes == end)
 }
 
 /// Reads one batch at `position` from a sequential reader and checks it
 /// fully, streaming the CRC-32C in bounded chunks. The outer error is I/O;
 /// the inner error says why the bytes are not a good batch (a torn write or
 /// corruption), which recovery treats as the end of the valid log.
-fn scan_batch(
-    reader: &mut impl Read,
-    position: u64,
-    file_len: u64,
-) -> Result<std::result::Result<BatchInfo, String>> {
+fn scan_batch(reader: &mut impl Read, position: u64, file_len: u64) -> Result<std::result::Result<BatchInfo, String>> {
     let mut header = [0u8; HEADER_BYTES];
     match reader.read_exact(&mut header) {
         Ok(()) => {}
@@ -549,10 +494,7 @@ fn scan_batch(
     };
     let info = BatchInfo::from_header(&parsed);
     if position + info.size_bytes > file_len {
-        return Ok(Err(format!(
-            "batch at {position} of {} bytes is cut off by the file end",
-            info.size_bytes
-        )));
+        return Ok(Err(format!("batch at {position} of {} bytes is cut off by the file end", info.size_bytes)));
     }
     let mut crc = crc32c::crc32c(&header[CRC_COVERED_FROM..]);
     let mut remaining = info.size_bytes - HEADER_BYTES as u64;

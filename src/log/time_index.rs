@@ -40,12 +40,7 @@ pub struct TimeIndex {
 impl TimeIndex {
     /// Creates an empty index, replacing whatever file was at `path`.
     pub fn create(path: &Path, base_offset: i64, max_index_bytes: u64) -> Result<Self> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)?;
+        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
         Ok(Self {
             path: path.to_path_buf(),
             file,
@@ -58,12 +53,7 @@ impl TimeIndex {
     /// Loads an existing index file; `Ok(None)` when missing or insane
     /// (partial entry, decreasing timestamps or offsets, offsets at or past
     /// `next_offset`), so the caller rebuilds.
-    pub fn load(
-        path: &Path,
-        base_offset: i64,
-        max_index_bytes: u64,
-        next_offset: i64,
-    ) -> Result<Option<Self>> {
+    pub fn load(path: &Path, base_offset: i64, max_index_bytes: u64, next_offset: i64) -> Result<Option<Self>> {
         let bytes = match std::fs::read(path) {
             Ok(bytes) => bytes,
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -72,31 +62,21 @@ impl TimeIndex {
         if !(bytes.len() as u64).is_multiple_of(TIME_INDEX_ENTRY_BYTES) {
             return Ok(None);
         }
-        let mut entries: Vec<(i64, u32)> =
-            Vec::with_capacity(bytes.len() / TIME_INDEX_ENTRY_BYTES as usize);
+        let mut entries: Vec<(i64, u32)> = Vec::with_capacity(bytes.len() / TIME_INDEX_ENTRY_BYTES as usize);
         for chunk in bytes.chunks_exact(TIME_INDEX_ENTRY_BYTES as usize) {
             let mut raw_ts = [0u8; 8];
             raw_ts.copy_from_slice(&chunk[..8]);
             let timestamp = i64::from_be_bytes(raw_ts);
             let relative = u32::from_be_bytes([chunk[8], chunk[9], chunk[10], chunk[11]]);
-            let ordered = entries
-                .last()
-                .is_none_or(|&(t, r)| timestamp > t && relative >= r);
+            let ordered = entries.last().is_none_or(|&(t, r)| timestamp > t && relative >= r);
             if !ordered || base_offset + i64::from(relative) >= next_offset {
                 return Ok(None);
             }
             entries.push((timestamp, relative));
         }
         let file = OpenOptions::new().read(true).write(true).open(path)?;
-        let max_entries =
-            ((max_index_bytes / TIME_INDEX_ENTRY_BYTES).max(2) as usize).max(entries.len());
-        Ok(Some(Self {
-            path: path.to_path_buf(),
-            file,
-            base_offset,
-            max_entries,
-            entries,
-        }))
+        let max_entries = ((max_index_bytes / TIME_INDEX_ENTRY_BYTES).max(2) as usize).max(entries.len());
+        Ok(Some(Self { path: path.to_path_buf(), file, base_offset, max_entries, entries }))
     }
 
     pub fn len(&self) -> usize {
@@ -114,10 +94,7 @@ impl TimeIndex {
     }
 
     fn absolute(&self, (timestamp, relative): (i64, u32)) -> TimestampEntry {
-        TimestampEntry {
-            timestamp,
-            offset: self.base_offset + i64::from(relative),
-        }
+        TimestampEntry { timestamp, offset: self.base_offset + i64::from(relative) }
     }
 
     pub fn last_entry(&self) -> Option<TimestampEntry> {
@@ -147,16 +124,12 @@ impl TimeIndex {
             }
         }
         if self.entries.len() >= self.max_entries {
-            return Err(LogError::InvalidIndexAppend(format!(
-                "time index {} is full",
-                self.path.display()
-            )));
+            return Err(LogError::InvalidIndexAppend(format!("time index {} is full", self.path.display())));
         }
         let mut raw = [0u8; TIME_INDEX_ENTRY_BYTES as usize];
         raw[..8].copy_from_slice(&timestamp.to_be_bytes());
         raw[8..].copy_from_slice(&relative.to_be_bytes());
-        self.file
-            .write_all_at(&raw, self.entries.len() as u64 * TIME_INDEX_ENTRY_BYTES)?;
+        self.file.write_all_at(&raw, self.entries.len() as u64 * TIME_INDEX_ENTRY_BYTES)?;
         self.entries.push((timestamp, relative));
         Ok(true)
     }
@@ -164,9 +137,7 @@ impl TimeIndex {
     /// The first entry whose timestamp is >= `target`: its offset is the
     /// earliest indexed batch at or after the target time.
     pub fn lookup(&self, target: i64) -> Option<TimestampEntry> {
-        let index = self
-            .entries
-            .partition_point(|&(timestamp, _)| timestamp < target);
+        let index = self.entries.partition_point(|&(timestamp, _)| timestamp < target);
         self.entries.get(index).map(|&entry| self.absolute(entry))
     }
 
@@ -174,9 +145,7 @@ impl TimeIndex {
     /// safely start: the offset of the last entry with a smaller timestamp
     /// (every batch before it is older than `target`), else the base offset.
     pub fn scan_start_offset(&self, target: i64) -> i64 {
-        let index = self
-            .entries
-            .partition_point(|&(timestamp, _)| timestamp < target);
+        let index = self.entries.partition_point(|&(timestamp, _)| timestamp < target);
         match index {
             0 => self.base_offset,
             n => self.absolute(self.entries[n - 1]).offset,
@@ -185,9 +154,7 @@ impl TimeIndex {
 
     /// Drops every entry whose offset is >= `offset`.
     pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
-        let keep = self
-            .entries
-            .partition_point(|&entry| self.absolute(entry).offset < offset);
+        let keep = self.entries.partition_point(|&entry| self.absolute(entry).offset < offset);
         self.entries.truncate(keep);
         self.file.set_len(keep as u64 * TIME_INDEX_ENTRY_BYTES)?;
         Ok(())
@@ -209,44 +176,17 @@ mod tests {
         let mut index = TimeIndex::create(&dir.path().join("0.timeindex"), 100, 1200)?;
         assert_eq!(index.lookup(5), None);
         assert!(index.maybe_append(1_000, 100)?);
-        assert!(
-            !index.maybe_append(1_000, 105)?,
-            "equal timestamps are skipped"
-        );
+        assert!(!index.maybe_append(1_000, 105)?, "equal timestamps are skipped");
         assert!(index.maybe_append(2_000, 110)?);
         assert!(index.maybe_append(3_000, 120)?);
-        assert_eq!(
-            index.lookup(0),
-            Some(TimestampEntry {
-                timestamp: 1_000,
-                offset: 100
-            })
-        );
-        assert_eq!(
-            index.lookup(1_500),
-            Some(TimestampEntry {
-                timestamp: 2_000,
-                offset: 110
-            })
-        );
-        assert_eq!(
-            index.lookup(2_000),
-            Some(TimestampEntry {
-                timestamp: 2_000,
-                offset: 110
-            })
-        );
+        assert_eq!(index.lookup(0), Some(TimestampEntry { timestamp: 1_000, offset: 100 }));
+        assert_eq!(index.lookup(1_500), Some(TimestampEntry { timestamp: 2_000, offset: 110 }));
+        assert_eq!(index.lookup(2_000), Some(TimestampEntry { timestamp: 2_000, offset: 110 }));
         assert_eq!(index.lookup(3_001), None);
         assert_eq!(index.scan_start_offset(1_000), 100);
         assert_eq!(index.scan_start_offset(2_500), 110);
-        assert!(
-            index.maybe_append(2_500, 130).is_err(),
-            "timestamps never decrease"
-        );
-        assert!(
-            index.maybe_append(4_000, 119).is_err(),
-            "offsets never decrease"
-        );
+        assert!(index.maybe_append(2_500, 130).is_err(), "timestamps never decrease");
+        assert!(index.maybe_append(4_000, 119).is_err(), "offsets never decrease");
         Ok(())
     }
 
@@ -259,19 +199,10 @@ mod tests {
             index.maybe_append(i * 1_000, i * 10)?;
         }
         index.truncate_to(30)?;
-        assert_eq!(
-            index.last_entry(),
-            Some(TimestampEntry {
-                timestamp: 2_000,
-                offset: 20
-            })
-        );
+        assert_eq!(index.last_entry(), Some(TimestampEntry { timestamp: 2_000, offset: 20 }));
         let reloaded = TimeIndex::load(&path, 0, 1200, 25)?.expect("sane index");
         assert_eq!(reloaded.len(), 2);
-        assert!(
-            TimeIndex::load(&path, 0, 1200, 20)?.is_none(),
-            "offset past next offset"
-        );
+        assert!(TimeIndex::load(&path, 0, 1200, 20)?.is_none(), "offset past next offset");
         Ok(())
     }
 }

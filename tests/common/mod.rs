@@ -232,8 +232,13 @@ impl Cluster {
     }
 
     pub fn create_topic(&self, via: u64, name: &str, partitions: i64, rf: i64) -> Response {
-        self.send(via, "POST", "/v1/topics", Some(serde_json::json!({"name": name, "partitions": partitions, "replication_factor": rf})))
-            .expect("admin API answers")
+        self.send(
+            via,
+            "POST",
+            "/v1/topics",
+            Some(serde_json::json!({"name": name, "partitions": partitions, "replication_factor": rf})),
+        )
+        .expect("admin API answers")
     }
 
     pub fn topic(&self, via: u64, name: &str) -> Option<Value> {

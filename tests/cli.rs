@@ -1,0 +1,180 @@
+//! `strom cluster` and the admin subcommands, as a user runs them.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{wait_for, BIN};
+use serde_json::Value;
+
+/// A base port with `n` free consecutive ports above it.
+fn free_range(n: u16, avoid: &[u16]) -> u16 {
+    let mut candidates: Vec<u16> = common::free_ports(8);
+    candidates.retain(|p| *p < 60000 && avoid.iter().all(|a| p.abs_diff(*a) > 10));
+    for base in candidates {
+        let ok = (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
+        if ok {
+            return base;
+        }
+    }
+    panic!("no free port range");
+}
+
+struct Supervisor(Child);
+
+impl Drop for Supervisor {
+    fn drop(&mut self) {
+        // The supervisor stops its nodes on SIGTERM; if it is stuck, SIGKILL.
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        for _ in 0..200 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_cluster(dir: &Path, bases: (u16, u16, u16)) -> Supervisor {
+    let child = Command::new(BIN)
+        .args(["cluster", "--nodes", "3", "--dir"])
+        .arg(dir)
+        .args([
+            "--kafka-base",
+            &bases.0.to_string(),
+            "--admin-base",
+            &bases.1.to_string(),
+            "--raft-base",
+            &bases.2.to_string(),
+        ])
+        .args(["--set", "broker.session.timeout.ms=1500"])
+        .env("RUST_LOG", "info,openraft=off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn strom cluster");
+    Supervisor(child)
+}
+
+fn read_cluster_json(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("cluster.json")).expect("cluster.json")).expect("json")
+}
+
+fn strom(admin: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN).args(args).env("STROM_ADMIN", format!("http://{admin}")).output().expect("run");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn pid_alive(pid: i64) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), None).is_ok()
+}
+
+#[test]
+fn cluster_command_writes_cluster_json_and_restarts_with_data() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let kafka = free_range(3, &[]);
+    let admin = free_range(3, &[kafka]);
+    let raft = free_range(3, &[kafka, admin]);
+    let mut sup = start_cluster(&dir, (kafka, admin, raft));
+    let file = wait_for("cluster.json", Duration::from_secs(60), || {
+        dir.join("cluster.json").exists().then(|| read_cluster_json(&dir))
+    });
+    let nodes = file["nodes"].as_array().expect("nodes").clone();
+    assert_eq!(nodes.len(), 3);
+    assert_eq!(file["bootstrap"], format!("127.0.0.1:{kafka},127.0.0.1:{},127.0.0.1:{}", kafka + 1, kafka + 2));
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n["id"], i as u64 + 1);
+        assert_eq!(n["admin"], format!("127.0.0.1:{}", admin + i as u16));
+        assert!(pid_alive(n["pid"].as_i64().expect("pid")));
+        let argv: Vec<&str> = n["argv"].as_array().expect("argv").iter().filter_map(Value::as_str).collect();
+        assert!(Path::new(argv[0]).is_absolute());
+        assert_eq!(argv[1], "serve");
+        assert!(n["data_dir"].as_str().expect("dir").ends_with(&format!("node-{}", i + 1)));
+    }
+    let admin1 = nodes[0]["admin"].as_str().expect("admin").to_string();
+    let admin3 = nodes[2]["admin"].as_str().expect("admin").to_string();
+
+    // The admin subcommands against it.
+    let (code, out, err) = strom(
+        &admin1,
+        &[
+            "topic",
+            "create",
+            "cli-topic",
+            "--partitions",
+            "3",
+            "--replication-factor",
+            "2",
+            "--config",
+            "retention.ms=1000",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("cli-topic") && out.contains("PARTITION"), "{out}");
+    let (code, out, _) = strom(&admin3, &["topic", "list"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("cli-topic") && l.split_whitespace().collect::<Vec<_>>() == ["cli-topic", "3", "2"]),
+        "{out}"
+    );
+    let (code, out, _) = strom(&admin3, &["topic", "describe", "cli-topic", "--json"]);
+    assert_eq!(code, 0);
+    let described: Value = serde_json::from_str(&out).expect("--json is JSON");
+    assert_eq!(described["configs"]["retention.ms"], "1000");
+    let (code, out, _) = strom(&admin1, &["topic", "add-partitions", "cli-topic", "--count", "5"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.lines().filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())).count(),
+        5,
+        "{out}"
+    );
+    let (code, _, err) =
+        strom(&admin1, &["topic", "create", "cli-topic", "--partitions", "1", "--replication-factor", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("TOPIC_ALREADY_EXISTS"), "{err}");
+    let (code, out, _) = strom(&admin1, &["cluster-info"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("Controller:") && out.matches("active").count() == 3, "{out}");
+    let (code, out, _) = strom(&admin1, &["cluster-info", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(serde_json::from_str::<Value>(&out).expect("json")["brokers"].as_array().expect("b").len(), 3);
+    let (code, out, _) = strom(&admin1, &["group", "list"]);
+    assert_eq!((code, out.trim()), (0, "GROUP  STATE  MEMBERS  PROTOCOL"));
+    let (code, _, err) = strom("127.0.0.1:1", &["topic", "list"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot reach"), "{err}");
+
+    // Stop gracefully: every node exits.
+    let pids: Vec<i64> = nodes.iter().map(|n| n["pid"].as_i64().expect("pid")).collect();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup.0.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .expect("term");
+    let status = wait_for("the supervisor to exit", Duration::from_secs(40), || sup.0.try_wait().ok().flatten());
+    assert!(status.success(), "{status}");
+    assert!(pids.iter().all(|p| !pid_alive(*p)), "every node stopped");
+    drop(sup);
+
+    // Re-running on the same directory restarts the cluster with its data.
+    std::fs::remove_file(dir.join("cluster.json.tmp")).ok();
+    let _sup = start_cluster(&dir, (kafka, admin, raft));
+    let (code, out, _) = wait_for("the restarted cluster to serve the old topic", Duration::from_secs(60), || {
+        let r = strom(&admin3, &["topic", "describe", "cli-topic", "--json"]);
+        (r.0 == 0).then_some(r)
+    });
+    assert_eq!(code, 0);
+    let described: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(described["partitions"].as_array().expect("p").len(), 5);
+    let (code, _, err) = strom(&admin1, &["topic", "delete", "cli-topic"]);
+    assert_eq!(code, 0, "{err}");
+}
