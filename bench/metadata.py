@@ -118,9 +118,29 @@ def pct(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
+def failover(c):
+    times = []
+    for _ in range(5):
+        old = c.wait_active(3)
+        other = next(n for n in c.nodes if n != old)
+        t = time.perf_counter()
+        c.kill(old)
+        def new_controller():
+            v = c.view(other)
+            return v and v["controller_id"] not in (None, old)
+        c.wait("new controller", new_controller)
+        times.append((time.perf_counter() - t) * 1000)
+        c.launch(old)
+    print(f"controller failover after SIGKILL (5 runs): median {statistics.median(times):.0f} ms, "
+          f"all {[round(x) for x in times]}")
+
+
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="target/release/strom")
+    ap.add_argument("--only-failover", action="store_true")
     args = ap.parse_args()
     binary = os.path.abspath(args.bin)
 
@@ -131,6 +151,8 @@ def main():
         rss = [rss_mb(c.nodes[n]["proc"].pid) for n in c.nodes]
         print(f"idle RSS per node: {', '.join(f'{r:.1f} MB' for r in rss)}")
 
+        if args.only_failover:
+            return failover(c)
         lat = []
         for i in range(200):
             t = time.perf_counter()
@@ -140,21 +162,9 @@ def main():
             assert st == 201, (st, body)
         print(f"topic create latency over 200 (RF=3, any node): p50 {pct(lat, 50):.1f} ms, p99 {pct(lat, 99):.1f} ms")
 
-        times = []
-        for _ in range(5):
-            old = c.wait_active(3)
-            other = next(n for n in c.nodes if n != old)
-            t = time.perf_counter()
-            c.kill(old)
-            def new_controller():
-                v = c.view(other)
-                return v and v["controller_id"] not in (None, old)
-            c.wait("new controller", new_controller)
-            times.append((time.perf_counter() - t) * 1000)
-            c.launch(old)
-        print(f"controller failover after SIGKILL (5 runs): median {statistics.median(times):.0f} ms, "
-              f"all {[round(x) for x in times]}")
+        failover(c)
 
+        c.wait_active(3)
         c.wait_active(3)
         victim = next(n for n in c.nodes if n != c.wait_active(3))
         c.kill(victim)

@@ -184,7 +184,7 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         name: "controller.quorum.election.timeout.ms",
         default: Some("500"),
         kind: int(50, 60_000),
-        doc: "metadata quorum election timeout (Kafka: 1000)",
+        doc: "metadata quorum election timeout; the leader lease adds as much again (Kafka: 1000)",
     },
     SettingDef {
         name: "metadata.snapshot.interval.entries",
