@@ -8,6 +8,9 @@
 //!   fencing, replica placement, leader election, topic decisions.
 //! - [`lifecycle`]: the broker's registration, heartbeats, controlled shutdown.
 //! - [`log`]: partition storage: segments, indexes, recovery, retention.
+//! - [`kafka`]: the Kafka wire front end: listener, registry, handlers.
+//! - [`replication`]: partition replicas on this broker (role, high
+//!   watermark, producer state) kept in step with the metadata image.
 //! - [`admin`]: the HTTP admin API and metrics.
 //! - [`cluster`]: `strom cluster`, N nodes from one binary.
 //! - [`cli`]: the admin subcommands, clients of the HTTP API.
@@ -21,6 +24,8 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod error;
+pub mod kafka;
 pub mod lifecycle;
 pub mod log;
 pub mod node;
+pub mod replication;

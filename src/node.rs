@@ -19,7 +19,9 @@ use crate::controller::client::ControllerClient;
 use crate::controller::protocol::{ControllerRequest, ControllerResponse};
 use crate::controller::Controller;
 use crate::error::{ApiError, ErrorCode};
+use crate::kafka::producer_ids::ProducerIdAllocator;
 use crate::lifecycle::BrokerLifecycle;
+use crate::replication::ReplicaManager;
 
 /// Everything `strom serve` was told.
 #[derive(Debug, Clone)]
@@ -44,6 +46,8 @@ pub struct NodeContext {
     pub client: Arc<ControllerClient>,
     pub lifecycle: Arc<BrokerLifecycle>,
     pub metrics: Arc<Metrics>,
+    pub replicas: Arc<ReplicaManager>,
+    pub producer_ids: ProducerIdAllocator,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +58,10 @@ pub enum NodeError {
     Quorum(#[from] strom_raft::QuorumError),
     #[error("cannot listen on the admin address {addr}: {source}")]
     AdminBind { addr: String, source: std::io::Error },
+    #[error("cannot listen on the Kafka address {addr}: {source}")]
+    KafkaBind { addr: String, source: std::io::Error },
+    #[error("partition logs under {path}: {source}")]
+    Logs { path: PathBuf, source: std::io::Error },
 }
 
 const META_PROPERTIES: &str = "meta.properties";
@@ -149,6 +157,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let admin_listener = tokio::net::TcpListener::bind(&config.admin)
         .await
         .map_err(|source| NodeError::AdminBind { addr: config.admin.clone(), source })?;
+    let kafka_listener = tokio::net::TcpListener::bind(&config.kafka)
+        .await
+        .map_err(|source| NodeError::KafkaBind { addr: config.kafka.clone(), source })?;
+    let replicas = Arc::new(
+        ReplicaManager::new(broker_id, &config.data_dir, settings.clone())
+            .map_err(|source| NodeError::Logs { path: config.data_dir.join("logs"), source })?,
+    );
     let quorum = Arc::new(Quorum::start(quorum_config, Arc::new(ControllerRpc(controller.clone()))).await?);
     controller.attach(quorum.clone());
     let client = Arc::new(ControllerClient::new(quorum.clone(), controller.clone()));
@@ -168,6 +183,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         client,
         lifecycle: lifecycle.clone(),
         metrics: metrics.clone(),
+        replicas: replicas.clone(),
+        producer_ids: ProducerIdAllocator::default(),
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -175,6 +192,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let controller_task = tokio::spawn(controller.clone().run(stop_rx.clone()));
     let lifecycle_task = tokio::spawn(lifecycle.clone().run(stop_rx.clone()));
     let leader_task = tokio::spawn(watch_leader(quorum.clone(), metrics, stop_rx.clone()));
+    let (stop_kafka_tx, stop_kafka_rx) = watch::channel(false);
+    let replicas_task = tokio::spawn(replicas.clone().run(quorum.subscribe(), stop_admin_rx.clone()));
+    let kafka_task = tokio::spawn(crate::kafka::serve(kafka_listener, ctx.clone(), stop_kafka_rx));
     let admin_task = tokio::spawn(crate::admin::serve(admin_listener, ctx, stop_admin_rx));
     tracing::info!(
         node_id = config.node_id,
@@ -190,12 +210,15 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let _ = stop_tx.send(true);
     let _ = lifecycle_task.await;
     lifecycle.controlled_shutdown().await;
+    let _ = stop_kafka_tx.send(true);
+    let _ = kafka_task.await;
     let _ = controller_task.await;
     let _ = leader_task.await;
     let _ = stop_admin_tx.send(true);
     if let Ok(Err(e)) = admin_task.await {
         tracing::warn!(error = %e, "admin server stopped with an error");
     }
+    let _ = replicas_task.await;
     quorum.shutdown().await;
     tracing::info!(node_id = config.node_id, "stopped");
     Ok(())

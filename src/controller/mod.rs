@@ -30,6 +30,8 @@ use protocol::{ControllerRequest, ControllerResponse};
 
 /// How long one proposal may wait for the quorum.
 pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Producer ids handed to a broker at a time (Kafka's block size).
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
 /// How often the controller checks leadership and broker sessions.
 pub const TICK: Duration = Duration::from_millis(100);
 
@@ -101,6 +103,9 @@ impl Controller {
             }
             ControllerRequest::ControlledShutdown { broker_id, incarnation_id } => {
                 self.controlled_shutdown(&quorum, broker_id, incarnation_id).await
+            }
+            ControllerRequest::AllocateProducerIds { broker_id } => {
+                return self.allocate_producer_ids(&quorum, broker_id).await;
             }
             other => self.admin_write(&quorum, other).await,
         };
@@ -211,6 +216,16 @@ impl Controller {
         let index = self.propose(quorum, records).await?;
         tracing::info!(broker_id, partitions_changed = moved, "broker in controlled shutdown");
         Ok(index)
+    }
+
+    async fn allocate_producer_ids(&self, quorum: &Quorum, broker_id: i32) -> ControllerResponse {
+        let _guard = self.write_lock.lock().await;
+        let start = quorum.image().next_producer_id;
+        let records = vec![MetadataRecord::ProducerIds { broker_id, next_producer_id: start + PRODUCER_ID_BLOCK }];
+        match self.propose(quorum, records).await {
+            Ok(index) => ControllerResponse::ProducerIds { start, len: PRODUCER_ID_BLOCK, index },
+            Err(e) => ControllerResponse::Error(e),
+        }
     }
 
     async fn admin_write(&self, quorum: &Quorum, request: ControllerRequest) -> Result<u64, ApiError> {

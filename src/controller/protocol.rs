@@ -17,14 +17,48 @@ pub enum ElectionType {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ControllerRequest {
-    RegisterBroker { broker_id: i32, incarnation_id: u64, kafka: String, admin: String, raft: String },
-    Heartbeat { broker_id: i32, incarnation_id: u64, applied_index: u64 },
-    ControlledShutdown { broker_id: i32, incarnation_id: u64 },
-    CreateTopic { name: String, partitions: i64, replication_factor: i64, configs: BTreeMap<String, String> },
-    DeleteTopic { name: String },
-    CreatePartitions { name: String, count: i64 },
-    AlterConfigs { name: String, changes: BTreeMap<String, Option<String>> },
-    ElectLeader { topic: String, partition: i32, election: ElectionType },
+    RegisterBroker {
+        broker_id: i32,
+        incarnation_id: u64,
+        kafka: String,
+        admin: String,
+        raft: String,
+    },
+    Heartbeat {
+        broker_id: i32,
+        incarnation_id: u64,
+        applied_index: u64,
+    },
+    ControlledShutdown {
+        broker_id: i32,
+        incarnation_id: u64,
+    },
+    CreateTopic {
+        name: String,
+        partitions: i64,
+        replication_factor: i64,
+        configs: BTreeMap<String, String>,
+    },
+    DeleteTopic {
+        name: String,
+    },
+    CreatePartitions {
+        name: String,
+        count: i64,
+    },
+    AlterConfigs {
+        name: String,
+        changes: BTreeMap<String, Option<String>>,
+    },
+    ElectLeader {
+        topic: String,
+        partition: i32,
+        election: ElectionType,
+    },
+    /// A block of producer ids for a broker's idempotent producers.
+    AllocateProducerIds {
+        broker_id: i32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +70,12 @@ pub enum ControllerResponse {
     /// A heartbeat's answer: whether the broker is fenced after it.
     Heartbeat {
         fenced: bool,
+        index: u64,
+    },
+    /// Producer ids `[start, start + len)` belong to the asking broker.
+    ProducerIds {
+        start: i64,
+        len: i64,
         index: u64,
     },
     /// The broker must register (again) before heartbeating.

@@ -1,0 +1,252 @@
+//! Accepts Kafka connections and serves each one.
+//!
+//! One task reads frames and starts a handler task per request; a second
+//! task writes the answers in request order. At most [`MAX_IN_FLIGHT`]
+//! requests of one connection are pending, so a client that pipelines (as
+//! librdkafka does) keeps the broker busy while acks=all answers wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+
+use super::registry;
+use crate::node::NodeContext;
+
+/// Requests of one connection handled at once.
+pub const MAX_IN_FLIGHT: usize = 64;
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 4096;
+/// The smallest well-formed request: api key, version, correlation id, client id length.
+const MIN_FRAME_BYTES: usize = 10;
+
+/// Why a connection was closed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("frame of {size} bytes is over socket.request.max.bytes ({max})")]
+    FrameTooLarge { size: usize, max: usize },
+    #[error("frame of {0} bytes is too short for a request header")]
+    FrameTooShort(usize),
+    #[error("unknown API key {0}")]
+    UnknownApi(i16),
+    #[error("unsupported version {version} of {api:?}")]
+    UnsupportedVersion { api: ApiKey, version: i16 },
+    #[error("malformed {api:?} v{version} request: {reason}")]
+    Malformed { api: ApiKey, version: i16, reason: String },
+    #[error("idle for longer than connections.max.idle.ms")]
+    Idle,
+}
+
+/// Serves Kafka on `listener` until `shutdown`.
+pub async fn serve(listener: TcpListener, ctx: Arc<NodeContext>, mut shutdown: watch::Receiver<bool>) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = shutdown.changed() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "kafka accept failed");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "too many kafka connections; refusing one");
+            continue;
+        };
+        let ctx = ctx.clone();
+        tokio::spawn(async move {
+            match serve_connection(stream, ctx).await {
+                Ok(()) | Err(ConnectionError::Idle) => tracing::debug!(%peer, "kafka connection closed"),
+                Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
+                Err(e) => tracing::warn!(%peer, error = %e, "kafka connection closed after a bad request"),
+            }
+            drop(permit);
+        });
+    }
+}
+
+/// Reads one frame body; `Ok(None)` on a clean close between frames.
+async fn read_frame(
+    stream: &mut tokio::net::tcp::OwnedReadHalf,
+    max: usize,
+    idle: Duration,
+) -> Result<Option<Bytes>, ConnectionError> {
+    let mut len = [0u8; 4];
+    match tokio::time::timeout(idle, stream.read_exact(&mut len)).await {
+        Err(_) => return Err(ConnectionError::Idle),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Ok(Err(e)) => return Err(e.into()),
+        Ok(Ok(_)) => {}
+    }
+    let size = i32::from_be_bytes(len);
+    if size < 0 || size as usize > max {
+        return Err(ConnectionError::FrameTooLarge { size: size as u32 as usize, max });
+    }
+    let size = size as usize;
+    if size < MIN_FRAME_BYTES {
+        return Err(ConnectionError::FrameTooShort(size));
+    }
+    let mut buf = BytesMut::zeroed(size);
+    stream.read_exact(&mut buf).await?;
+    Ok(Some(buf.freeze()))
+}
+
+/// A decoded request, ready for its handler.
+pub struct Request {
+    pub header: RequestHeader,
+    pub api: ApiKey,
+    pub body: RequestKind,
+}
+
+/// What the reader found in a frame.
+enum Frame {
+    Request(Request),
+    /// An ApiVersions request of a version we do not know: answer v0 with
+    /// UNSUPPORTED_VERSION and our ranges (KIP-511).
+    ApiVersionsTooNew {
+        correlation_id: i32,
+    },
+}
+
+fn decode_frame(mut frame: Bytes) -> Result<Frame, ConnectionError> {
+    if frame.len() < 4 {
+        return Err(ConnectionError::FrameTooShort(frame.len()));
+    }
+    let api_key = frame.get_i16();
+    let version = frame.get_i16();
+    let api = ApiKey::try_from(api_key).map_err(|_| ConnectionError::UnknownApi(api_key))?;
+    let Some(range) = registry::supported(api) else {
+        return Err(ConnectionError::UnknownApi(api_key));
+    };
+    if version < range.min || version > range.max {
+        if api == ApiKey::ApiVersions && version > range.max && frame.len() >= 4 {
+            return Ok(Frame::ApiVersionsTooNew { correlation_id: frame.get_i32() });
+        }
+        return Err(ConnectionError::UnsupportedVersion { api, version });
+    }
+    let malformed = |reason: String| ConnectionError::Malformed { api, version, reason };
+    let mut whole = BytesMut::with_capacity(frame.len() + 4);
+    whole.put_i16(api_key);
+    whole.put_i16(version);
+    whole.extend_from_slice(&frame);
+    let mut whole = whole.freeze();
+    let header =
+        RequestHeader::decode(&mut whole, api.request_header_version(version)).map_err(|e| malformed(e.to_string()))?;
+    let body = RequestKind::decode(api, &mut whole, version).map_err(|e| malformed(e.to_string()))?;
+    Ok(Frame::Request(Request { header, api, body }))
+}
+
+/// Encodes a response frame (length, header, body).
+pub fn encode_response(api: ApiKey, version: i16, correlation_id: i32, body: &ResponseKind) -> Result<Bytes, String> {
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    let header = ResponseHeader::default().with_correlation_id(correlation_id);
+    header.encode(&mut buf, api.response_header_version(version)).map_err(|e| e.to_string())?;
+    body.encode(&mut buf, version).map_err(|e| e.to_string())?;
+    let len = (buf.len() - 4) as i32;
+    buf[0..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<(), ConnectionError> {
+    stream.set_nodelay(true)?;
+    let max = ctx.settings.u64("socket.request.max.bytes") as usize;
+    let idle = Duration::from_millis(ctx.settings.u64("connections.max.idle.ms"));
+    let (mut reader, mut writer) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<oneshot::Receiver<Option<Bytes>>>(MAX_IN_FLIGHT);
+    let write_task = tokio::spawn(async move {
+        while let Some(pending) = rx.recv().await {
+            match pending.await {
+                Ok(Some(frame)) => writer.write_all(&frame).await?,
+                Ok(None) => {}
+                Err(_) => return Err(std::io::Error::other("a request handler failed")),
+            }
+        }
+        writer.shutdown().await
+    });
+    let result = loop {
+        let frame = match read_frame(&mut reader, max, idle).await {
+            Ok(Some(f)) => f,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        let (done_tx, done_rx) = oneshot::channel();
+        match decode_frame(frame) {
+            Ok(Frame::Request(request)) => {
+                let ctx = ctx.clone();
+                tokio::spawn(async move {
+                    let _ = done_tx.send(registry::handle(&ctx, request).await);
+                });
+            }
+            Ok(Frame::ApiVersionsTooNew { correlation_id }) => {
+                let _ = done_tx.send(registry::api_versions_unsupported(correlation_id));
+            }
+            Err(e) => break Err(e),
+        }
+        if tx.send(done_rx).await.is_err() {
+            break Ok(());
+        }
+    };
+    drop(tx);
+    match write_task.await {
+        Ok(Err(e)) if result.is_ok() => Err(e.into()),
+        _ => result,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::ApiVersionsRequest;
+
+    fn frame(api: i16, version: i16, body: &[u8]) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i16(api);
+        b.put_i16(version);
+        b.extend_from_slice(body);
+        b.freeze()
+    }
+
+    #[test]
+    fn unknown_api_and_version_are_errors_not_panics() {
+        assert!(matches!(decode_frame(frame(9999, 0, &[0; 8])), Err(ConnectionError::UnknownApi(9999))));
+        assert!(matches!(
+            decode_frame(frame(0, 99, &[0; 8])),
+            Err(ConnectionError::UnsupportedVersion { api: ApiKey::Produce, version: 99 })
+        ));
+        assert!(matches!(
+            decode_frame(frame(18, 99, &[0, 0, 0, 7])),
+            Ok(Frame::ApiVersionsTooNew { correlation_id: 7 })
+        ));
+        assert!(matches!(decode_frame(frame(3, 12, &[0xff; 6])), Err(ConnectionError::Malformed { .. })));
+    }
+
+    #[test]
+    fn api_versions_round_trip() {
+        let mut body = BytesMut::new();
+        let header =
+            RequestHeader::default().with_request_api_key(18).with_request_api_version(3).with_correlation_id(5);
+        header.encode(&mut body, 2).expect("header");
+        ApiVersionsRequest::default().encode(&mut body, 3).expect("body");
+        let Ok(Frame::Request(r)) = decode_frame(body.freeze()) else { panic!("decodes") };
+        assert_eq!((r.api, r.header.correlation_id), (ApiKey::ApiVersions, 5));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 4..512)) {
+            let _ = decode_frame(Bytes::from(bytes));
+        }
+    }
+}

@@ -1,0 +1,118 @@
+//! Fetch: raw batches from the partition logs, below the high watermark for
+//! consumers (up to the log end for follower replicas), bounded by
+//! `max_bytes` and each partition's limit; long-polls up to `max_wait_ms`
+//! until `min_bytes` are there. Sessions are not kept: every answer is a
+//! full, sessionless one (session id 0), which clients accept.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::future::select_all;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::ResponseError;
+
+use super::partition_error_code;
+use crate::node::NodeContext;
+
+/// Longest long-poll, whatever the client asks.
+const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
+
+fn empty(index: i32, code: i16) -> PartitionData {
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_error_code(code)
+        .with_high_watermark(-1)
+        .with_last_stable_offset(-1)
+        .with_log_start_offset(-1)
+        .with_preferred_read_replica(kafka_protocol::messages::BrokerId(-1))
+        .with_aborted_transactions(Some(Vec::new()))
+        .with_records(Some(Bytes::new()))
+}
+
+/// One pass over the requested partitions; returns the answer and its bytes.
+fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> (Vec<FetchableTopicResponse>, usize) {
+    let mut budget = request.max_bytes.max(0) as usize;
+    let mut total = 0usize;
+    let image = ctx.quorum.image();
+    let topics = request
+        .topics
+        .iter()
+        .map(|topic| {
+            let name = topic.topic.0.as_str();
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|fp| {
+                    let Some(partition) = ctx.replicas.get(name, fp.partition) else {
+                        let known = image.topics.get(name).is_some_and(|t| t.partitions.contains_key(&fp.partition));
+                        let code = if known {
+                            ResponseError::NotLeaderOrFollower
+                        } else {
+                            ResponseError::UnknownTopicOrPartition
+                        };
+                        return empty(fp.partition, code.code());
+                    };
+                    // The first batch is always sent whole (KIP-74); after
+                    // that, the response's budget is a hard limit.
+                    let limit =
+                        (fp.partition_max_bytes.max(0) as usize).min(if total == 0 { usize::MAX } else { budget });
+                    if limit == 0 {
+                        let o = partition.offsets();
+                        return empty(fp.partition, 0)
+                            .with_high_watermark(o.high_watermark)
+                            .with_last_stable_offset(o.high_watermark)
+                            .with_log_start_offset(o.log_start_offset);
+                    }
+                    match partition.read(fp.fetch_offset, limit, fp.current_leader_epoch, replica) {
+                        Ok(r) => {
+                            total += r.records.len();
+                            budget = budget.saturating_sub(r.records.len());
+                            empty(fp.partition, 0)
+                                .with_high_watermark(r.high_watermark)
+                                .with_last_stable_offset(r.high_watermark)
+                                .with_log_start_offset(r.log_start_offset)
+                                .with_records(Some(r.records))
+                        }
+                        Err(e) => empty(fp.partition, partition_error_code(&e)),
+                    }
+                })
+                .collect();
+            FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions)
+        })
+        .collect();
+    (topics, total)
+}
+
+pub async fn handle(ctx: &NodeContext, request: FetchRequest, version: i16) -> FetchResponse {
+    let replica = [request.replica_id.0, request.replica_state.replica_id.0].into_iter().find(|id| *id >= 0);
+    let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
+    let min_bytes = request.min_bytes.max(0) as usize;
+    loop {
+        // Subscribe before reading, so an append between the read and the
+        // wait still wakes us.
+        let mut watches: Vec<_> = request
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().filter_map(|p| ctx.replicas.get(t.topic.0.as_str(), p.partition)))
+            .map(|p| p.subscribe())
+            .collect();
+        let mut roles = ctx.replicas.subscribe();
+        let (mut topics, bytes) = read_all(ctx, &request, replica);
+        if version < 5 {
+            // The log start offset is not in responses before v5.
+            topics.iter_mut().flat_map(|t| t.partitions.iter_mut()).for_each(|p| p.log_start_offset = -1);
+        }
+        let now = Instant::now();
+        let any_error = topics.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != 0);
+        if bytes >= min_bytes || now >= deadline || any_error || watches.is_empty() {
+            return FetchResponse::default().with_responses(topics).with_session_id(0);
+        }
+        let changes: Vec<_> = watches.iter_mut().map(|w| Box::pin(w.changed())).collect();
+        tokio::select! {
+            _ = select_all(changes) => {}
+            _ = roles.changed() => {}
+            _ = tokio::time::sleep_until(deadline.into()) => {}
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! ListOffsets (earliest, latest, by timestamp) and OffsetsForLeaderEpoch,
+//! answered by partition leaders.
+
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
+use kafka_protocol::messages::{
+    ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+};
+use kafka_protocol::ResponseError;
+
+use super::partition_error_code;
+use crate::node::NodeContext;
+
+fn missing_code(ctx: &NodeContext, topic: &str, partition: i32) -> i16 {
+    let known = ctx.quorum.image().topics.get(topic).is_some_and(|t| t.partitions.contains_key(&partition));
+    if known { ResponseError::NotLeaderOrFollower } else { ResponseError::UnknownTopicOrPartition }.code()
+}
+
+pub fn handle(ctx: &NodeContext, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let name = topic.name.0.to_string();
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let base = ListOffsetsPartitionResponse::default()
+                        .with_partition_index(p.partition_index)
+                        .with_timestamp(-1)
+                        .with_offset(-1)
+                        .with_leader_epoch(-1);
+                    let Some(partition) = ctx.replicas.get(&name, p.partition_index) else {
+                        return base.with_error_code(missing_code(ctx, &name, p.partition_index));
+                    };
+                    match partition.offset_for(p.timestamp, p.current_leader_epoch) {
+                        Ok((timestamp, offset)) => {
+                            let epoch = if version >= 4 { partition.leader_epoch() } else { -1 };
+                            base.with_timestamp(timestamp).with_offset(offset).with_leader_epoch(epoch)
+                        }
+                        Err(e) => base.with_error_code(partition_error_code(&e)),
+                    }
+                })
+                .collect();
+            ListOffsetsTopicResponse::default().with_name(topic.name).with_partitions(partitions)
+        })
+        .collect();
+    ListOffsetsResponse::default().with_topics(topics)
+}
+
+pub fn leader_epoch(ctx: &NodeContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|topic| {
+            let name = topic.topic.0.to_string();
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    let base =
+                        EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(-1).with_end_offset(-1);
+                    let Some(partition) = ctx.replicas.get(&name, p.partition) else {
+                        return base.with_error_code(missing_code(ctx, &name, p.partition));
+                    };
+                    match partition.end_offset_for_epoch(p.leader_epoch, p.current_leader_epoch) {
+                        Ok((epoch, end)) => base.with_leader_epoch(epoch).with_end_offset(end),
+                        Err(e) => base.with_error_code(partition_error_code(&e)),
+                    }
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default().with_topic(topic.topic).with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}

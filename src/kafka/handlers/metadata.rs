@@ -1,0 +1,113 @@
+//! Metadata: brokers, controller, and topics with leaders and replicas, from
+//! this node's applied image; topics are created on first use when
+//! `auto.create.topics.enable` allows it.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::ResponseError;
+use strom_raft::{BrokerState, MetadataImage};
+
+use super::{split_addr, str_bytes, topic_uuid};
+use crate::controller::protocol::ControllerRequest;
+use crate::controller::topics::validate_topic_name;
+use crate::error::ErrorCode;
+use crate::node::NodeContext;
+
+/// Creates missing topics with the broker defaults (Kafka's auto-create).
+pub async fn auto_create(ctx: &NodeContext, names: &[String]) {
+    let image = ctx.quorum.image();
+    for name in names.iter().filter(|n| !image.topics.contains_key(*n) && validate_topic_name(n).is_ok()) {
+        let request = ControllerRequest::CreateTopic {
+            name: name.clone(),
+            partitions: ctx.settings.int("num.partitions").unwrap_or(1),
+            replication_factor: ctx.settings.int("default.replication.factor").unwrap_or(1),
+            configs: BTreeMap::new(),
+        };
+        match crate::admin::controller_write(ctx, request).await {
+            Ok(()) => tracing::info!(topic = %name, "topic auto-created"),
+            Err(e) if e.code == ErrorCode::TopicAlreadyExists => {}
+            Err(e) => tracing::warn!(topic = %name, error = %e, "auto-create failed"),
+        }
+    }
+}
+
+fn topic_entry(image: &MetadataImage, name: &str, version: i16) -> MetadataResponseTopic {
+    let mut t = MetadataResponseTopic::default();
+    t.name = Some(TopicName(str_bytes(name)));
+    let Some(topic) = image.topics.get(name) else {
+        t.error_code = if validate_topic_name(name).is_ok() {
+            ResponseError::UnknownTopicOrPartition.code()
+        } else {
+            ResponseError::InvalidTopicException.code()
+        };
+        return t;
+    };
+    if version >= 10 {
+        t.topic_id = topic_uuid(topic.topic_id);
+    }
+    t.is_internal = version >= 1 && name.starts_with("__");
+    t.partitions = topic
+        .partitions
+        .iter()
+        .map(|(&index, p)| {
+            let mut mp = MetadataResponsePartition::default();
+            mp.partition_index = index;
+            let leader = p.leader.filter(|l| image.is_active(*l));
+            mp.leader_id = BrokerId(leader.unwrap_or(-1));
+            if leader.is_none() {
+                mp.error_code = ResponseError::LeaderNotAvailable.code();
+            }
+            mp.leader_epoch = if version >= 7 { p.leader_epoch } else { -1 };
+            mp.replica_nodes = p.replicas.iter().map(|b| BrokerId(*b)).collect();
+            mp.isr_nodes = p.isr.iter().map(|b| BrokerId(*b)).collect();
+            mp.offline_replicas = p
+                .replicas
+                .iter()
+                .filter(|_| version >= 5)
+                .filter(|b| !image.is_active(**b))
+                .map(|b| BrokerId(*b))
+                .collect();
+            mp
+        })
+        .collect();
+    t
+}
+
+pub async fn handle(ctx: &NodeContext, request: MetadataRequest, version: i16) -> MetadataResponse {
+    let requested: Option<Vec<String>> = match request.topics {
+        Some(topics) if !(version == 0 && topics.is_empty()) => {
+            Some(topics.into_iter().filter_map(|t| t.name.map(|n| n.0.to_string())).collect())
+        }
+        _ => None,
+    };
+    let allow_auto = version < 4 || request.allow_auto_topic_creation;
+    if let Some(names) = &requested {
+        if allow_auto && ctx.settings.bool("auto.create.topics.enable") {
+            auto_create(ctx, names).await;
+        }
+    }
+    let image = ctx.quorum.image();
+    let mut response = MetadataResponse::default();
+    response.brokers = image
+        .brokers
+        .values()
+        .filter(|b| b.state != BrokerState::Fenced)
+        .map(|b| {
+            let (host, port) = split_addr(&b.kafka);
+            MetadataResponseBroker::default().with_node_id(BrokerId(b.broker_id)).with_host(host).with_port(port)
+        })
+        .collect();
+    if version >= 2 {
+        response.cluster_id = image.cluster_id.clone().map(str_bytes);
+    }
+    if version >= 1 {
+        response.controller_id = BrokerId(ctx.quorum.leader().map_or(-1, |l| l as i32));
+    }
+    let names: Vec<String> = requested.unwrap_or_else(|| image.topics.keys().cloned().collect());
+    response.topics = names.iter().map(|n| topic_entry(&image, n, version)).collect();
+    response
+}

@@ -1,0 +1,57 @@
+//! One file per Kafka API or small family of APIs. A handler takes the
+//! decoded request and the node's services and returns the response.
+
+pub mod cluster;
+pub mod configs;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+pub mod topics;
+
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use strom_raft::TopicId;
+
+use crate::error::ApiError;
+use crate::log::LogError;
+use crate::replication::PartitionError;
+
+/// `host:port` → (host, port); a bad address gives port -1.
+pub fn split_addr(addr: &str) -> (StrBytes, i32) {
+    match addr.rsplit_once(':') {
+        Some((host, port)) => (StrBytes::from_string(host.to_string()), port.parse().unwrap_or(-1)),
+        None => (StrBytes::from_string(addr.to_string()), -1),
+    }
+}
+
+pub fn topic_uuid(id: TopicId) -> uuid::Uuid {
+    uuid::Uuid::from_u128(id.0)
+}
+
+pub fn str_bytes(s: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(s.into())
+}
+
+/// The one mapping from partition errors to Kafka error codes.
+pub fn partition_error_code(e: &PartitionError) -> i16 {
+    let code = match e {
+        PartitionError::NotLeader => ResponseError::NotLeaderOrFollower,
+        PartitionError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
+        PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
+        PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
+        PartitionError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+        PartitionError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        PartitionError::Log(LogError::MessageTooLarge { .. }) => ResponseError::MessageTooLarge,
+        PartitionError::Log(LogError::CorruptBatch(_)) => ResponseError::CorruptMessage,
+        PartitionError::Log(LogError::OffsetOutOfRange { .. }) => ResponseError::OffsetOutOfRange,
+        PartitionError::Log(LogError::StaleLeaderEpoch { .. }) => ResponseError::FencedLeaderEpoch,
+        PartitionError::Log(_) => ResponseError::KafkaStorageError,
+    };
+    code.code()
+}
+
+/// An admin API error as a Kafka error code and message.
+pub fn api_error(e: &ApiError) -> (i16, Option<StrBytes>) {
+    (e.code.kafka_code(), Some(str_bytes(e.message.clone())))
+}

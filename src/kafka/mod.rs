@@ -1,0 +1,20 @@
+//! The Kafka wire front end.
+//!
+//! - [`connection`]: accept loop and per-connection task: 4-byte length
+//!   framing bounded by `socket.request.max.bytes`, pipelined requests with a
+//!   bounded number in flight, responses in request order, idle timeout.
+//! - [`registry`]: the one table of supported APIs and versions; it both
+//!   dispatches and answers ApiVersions.
+//! - [`handlers`]: one file per API (or small family); handlers take decoded
+//!   values and return responses, and never touch the socket.
+//!
+//! A malformed frame, an unknown API or an unsupported version closes that
+//! connection with a log line (ApiVersions answers UNSUPPORTED_VERSION, as
+//! KIP-511 prescribes); other connections are unaffected.
+
+pub mod connection;
+pub mod handlers;
+pub mod producer_ids;
+pub mod registry;
+
+pub use connection::serve;

@@ -1,0 +1,103 @@
+//! The supported Kafka APIs: one table that both dispatches requests and
+//! answers ApiVersions, so the advertised versions cannot drift from the code.
+
+use bytes::Bytes;
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestKind, ResponseKind};
+use kafka_protocol::protocol::VersionRange;
+use kafka_protocol::ResponseError;
+
+use super::connection::{encode_response, Request};
+use super::handlers;
+use crate::node::NodeContext;
+
+/// (API, lowest version, highest version) that Strom implements.
+pub const APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+pub fn supported(api: ApiKey) -> Option<VersionRange> {
+    APIS.iter().find(|(k, _, _)| *k == api).map(|(_, min, max)| VersionRange { min: *min, max: *max })
+}
+
+fn api_versions(error_code: i16) -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.error_code = error_code;
+    r.api_keys = APIS
+        .iter()
+        .map(|(k, min, max)| {
+            ApiVersion::default().with_api_key(*k as i16).with_min_version(*min).with_max_version(*max)
+        })
+        .collect();
+    r
+}
+
+/// The v0 answer to an ApiVersions request newer than we know (KIP-511).
+pub fn api_versions_unsupported(correlation_id: i32) -> Option<Bytes> {
+    let body = ResponseKind::ApiVersions(api_versions(ResponseError::UnsupportedVersion.code()));
+    encode_response(ApiKey::ApiVersions, 0, correlation_id, &body).ok()
+}
+
+/// Runs the handler for `request`; `None` when no answer is due (acks=0).
+pub async fn handle(ctx: &NodeContext, request: Request) -> Option<Bytes> {
+    let version = request.header.request_api_version;
+    let response = match request.body {
+        RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(handlers::metadata::handle(ctx, r, version).await),
+        RequestKind::Produce(r) => ResponseKind::Produce(handlers::produce::handle(ctx, r, version).await?),
+        RequestKind::Fetch(r) => ResponseKind::Fetch(handlers::fetch::handle(ctx, r, version).await),
+        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(handlers::list_offsets::handle(ctx, r, version)),
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(handlers::list_offsets::leader_epoch(ctx, r))
+        }
+        RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(handlers::topics::create(ctx, r, version).await),
+        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(handlers::topics::delete(ctx, r, version).await),
+        RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(handlers::topics::partitions(ctx, r).await),
+        RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(handlers::configs::describe(ctx, r)),
+        RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(handlers::configs::alter(ctx, r).await),
+        RequestKind::IncrementalAlterConfigs(r) => {
+            ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(ctx, r).await)
+        }
+        RequestKind::DescribeCluster(_) => ResponseKind::DescribeCluster(handlers::cluster::describe(ctx, version)),
+        RequestKind::InitProducerId(r) => {
+            ResponseKind::InitProducerId(handlers::cluster::init_producer_id(ctx, r).await)
+        }
+        other => {
+            tracing::warn!(api = ?request.api, "no handler for a request the registry accepted: {other:?}");
+            return None;
+        }
+    };
+    match encode_response(request.api, version, request.header.correlation_id, &response) {
+        Ok(frame) => Some(frame),
+        Err(e) => {
+            tracing::error!(api = ?request.api, version, error = %e, "cannot encode a response");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_versions_are_within_what_the_codec_knows() {
+        for (api, min, max) in APIS {
+            let codec = api.valid_versions();
+            assert!(min <= max && *min >= codec.min && *max <= codec.max, "{api:?} {min}..{max} vs {codec}");
+        }
+    }
+}

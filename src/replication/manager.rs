@@ -1,0 +1,240 @@
+//! The replica manager: the partitions this broker hosts, kept in step with
+//! the applied metadata image.
+//!
+//! On every applied change it opens logs for partitions newly assigned to
+//! this broker, makes each replica leader or follower by the image (with its
+//! leader epoch and ISR), applies topic config changes, and closes and
+//! deletes the logs of partitions that are gone. Timers flush
+//! (`flush.ms`), apply retention and write the recovery-point checkpoint.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use strom_raft::state_machine::AppliedImage;
+use strom_raft::{MetadataImage, TopicImage};
+use tokio::sync::watch;
+
+use super::partition::{now_ms, Partition};
+use crate::config::Settings;
+use crate::log::checkpoint::OffsetCheckpointFile;
+use crate::log::LogConfig;
+use crate::log::PartitionLog;
+
+const RECOVERY_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
+/// How often logs are checked for `flush.ms` and checkpoints written.
+const FLUSH_CHECK: Duration = Duration::from_millis(200);
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
+
+pub type PartitionKey = (String, i32);
+
+pub struct ReplicaManager {
+    broker_id: i32,
+    logs_dir: PathBuf,
+    settings: Arc<Settings>,
+    partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
+    recovery: OffsetCheckpointFile,
+    /// Recovery points as checkpointed before this start.
+    recovery_at_start: BTreeMap<PartitionKey, i64>,
+    /// Bumped on every applied image, so waiters can re-check leadership.
+    epoch_tx: watch::Sender<u64>,
+}
+
+/// A topic's log settings from its effective configs.
+pub fn log_config(settings: &Settings, topic: &TopicImage) -> LogConfig {
+    let eff = settings.topic_effective(&topic.configs);
+    let int = |k: &str| eff.get(k).and_then(|v| v.parse::<i64>().ok());
+    let positive = |k: &str| int(k).filter(|v| *v >= 0).map(|v| v as u64);
+    let defaults = LogConfig::default();
+    LogConfig {
+        segment_bytes: positive("segment.bytes").unwrap_or(defaults.segment_bytes),
+        segment_ms: positive("segment.ms").unwrap_or(defaults.segment_ms),
+        retention_ms: positive("retention.ms"),
+        retention_bytes: positive("retention.bytes"),
+        flush_messages: positive("flush.messages"),
+        flush_ms: positive("flush.ms"),
+        index_interval_bytes: settings.u64("log.index.interval.bytes").max(1),
+        segment_index_bytes: defaults.segment_index_bytes,
+        max_message_bytes: positive("max.message.bytes").unwrap_or(defaults.max_message_bytes),
+    }
+}
+
+impl ReplicaManager {
+    pub fn new(broker_id: i32, data_dir: &std::path::Path, settings: Arc<Settings>) -> std::io::Result<Self> {
+        let logs_dir = data_dir.join("logs");
+        std::fs::create_dir_all(&logs_dir)?;
+        let (epoch_tx, _) = watch::channel(0);
+        let recovery = OffsetCheckpointFile::new(logs_dir.join(RECOVERY_CHECKPOINT));
+        let recovery_at_start = recovery.read().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "recovery-point checkpoint unreadable; recovering every segment");
+            BTreeMap::new()
+        });
+        Ok(Self {
+            broker_id,
+            recovery,
+            recovery_at_start,
+            logs_dir,
+            settings,
+            partitions: RwLock::new(HashMap::new()),
+            epoch_tx,
+        })
+    }
+
+    pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
+        self.partitions.read().unwrap_or_else(|e| e.into_inner()).get(&(topic.to_string(), partition)).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<Partition>> {
+        self.partitions.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
+    }
+
+    /// Changes whenever the hosted partitions or their roles may have changed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.epoch_tx.subscribe()
+    }
+
+    /// Brings the hosted replicas in line with `image`.
+    pub fn apply_image(&self, image: &MetadataImage) {
+        let mut wanted: HashMap<PartitionKey, ()> = HashMap::new();
+        for topic in image.topics.values() {
+            let config = log_config(&self.settings, topic);
+            let min_insync = self
+                .settings
+                .topic_effective(&topic.configs)
+                .get("min.insync.replicas")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            for (&index, p) in &topic.partitions {
+                if !p.replicas.contains(&self.broker_id) {
+                    continue;
+                }
+                let key = (topic.name.clone(), index);
+                wanted.insert(key.clone(), ());
+                let partition = match self.get(&topic.name, index) {
+                    Some(existing) => {
+                        if let Err(e) = existing.set_config(config.clone(), min_insync) {
+                            tracing::warn!(topic = %topic.name, partition = index, error = %e, "config change not applied");
+                        }
+                        existing
+                    }
+                    None => {
+                        let point = self.recovery_at_start.get(&key).copied().unwrap_or(0);
+                        let opened =
+                            PartitionLog::open(&self.logs_dir, &topic.name, index, config.clone(), point, now_ms())
+                                .and_then(|log| Partition::open(&topic.name, index, self.broker_id, log));
+                        match opened {
+                            Ok(partition) => {
+                                if let Err(e) = partition.set_config(config.clone(), min_insync) {
+                                    tracing::warn!(topic = %topic.name, partition = index, error = %e, "config not applied");
+                                }
+                                let partition = Arc::new(partition);
+                                self.partitions
+                                    .write()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .insert(key, partition.clone());
+                                partition
+                            }
+                            Err(e) => {
+                                tracing::error!(topic = %topic.name, partition = index, error = %e, "cannot open partition log");
+                                continue;
+                            }
+                        }
+                    }
+                };
+                if p.leader == Some(self.broker_id) {
+                    partition.become_leader(p.leader_epoch, &p.isr);
+                } else {
+                    partition.become_follower(p.leader_epoch);
+                }
+            }
+        }
+        let gone: Vec<PartitionKey> = {
+            let map = self.partitions.read().unwrap_or_else(|e| e.into_inner());
+            map.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect()
+        };
+        for key in gone {
+            let removed = self.partitions.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            if let Some(partition) = removed {
+                match Arc::try_unwrap(partition) {
+                    Ok(p) => {
+                        if let Err(e) = p.into_log().delete() {
+                            tracing::warn!(topic = %key.0, partition = key.1, error = %e, "deleting the log failed");
+                        } else {
+                            tracing::info!(topic = %key.0, partition = key.1, "partition removed from this broker");
+                        }
+                    }
+                    Err(_) => {
+                        // A request still holds it; its directory goes with the next start.
+                        let dir = self.logs_dir.join(crate::log::partition_log::partition_dir_name(&key.0, key.1));
+                        if let Err(e) = std::fs::remove_dir_all(&dir) {
+                            tracing::warn!(dir = %dir.display(), error = %e, "deleting the log failed");
+                        }
+                    }
+                }
+            }
+        }
+        self.epoch_tx.send_modify(|e| *e += 1);
+    }
+
+    fn write_checkpoint(&self) {
+        let points: BTreeMap<PartitionKey, i64> =
+            self.all().iter().map(|p| ((p.topic.clone(), p.index), p.recovery_point())).collect();
+        if let Err(e) = self.recovery.write(&points) {
+            tracing::warn!(error = %e, "writing the recovery-point checkpoint failed");
+        }
+    }
+
+    fn flush_due(&self) {
+        for p in self.all() {
+            if let Err(e) = p.maybe_flush() {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush failed");
+            }
+        }
+    }
+
+    fn retention(&self) {
+        for p in self.all() {
+            if let Err(e) = p.apply_retention() {
+                tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed");
+            }
+        }
+    }
+
+    /// Follows the applied image and runs the timers until `shutdown`.
+    pub async fn run(self: Arc<Self>, mut applied: watch::Receiver<AppliedImage>, mut shutdown: watch::Receiver<bool>) {
+        let image = applied.borrow_and_update().image.clone();
+        self.apply_image(&image);
+        let mut flush = tokio::time::interval(FLUSH_CHECK);
+        let mut checkpoint = tokio::time::interval(CHECKPOINT_EVERY);
+        let mut retention =
+            tokio::time::interval(Duration::from_millis(self.settings.u64("log.retention.check.interval.ms").max(100)));
+        for t in [&mut flush, &mut checkpoint, &mut retention] {
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
+        loop {
+            tokio::select! {
+                changed = applied.changed() => {
+                    if changed.is_err() { break }
+                    let image = applied.borrow_and_update().image.clone();
+                    self.apply_image(&image);
+                }
+                _ = flush.tick() => self.flush_due(),
+                _ = checkpoint.tick() => self.write_checkpoint(),
+                _ = retention.tick() => self.retention(),
+                _ = shutdown.changed() => break,
+            }
+        }
+        self.shutdown();
+    }
+
+    /// Flushes every log and writes the checkpoint.
+    pub fn shutdown(&self) {
+        for p in self.all() {
+            if let Err(e) = p.flush() {
+                tracing::error!(topic = %p.topic, partition = p.index, error = %e, "flush on shutdown failed");
+            }
+        }
+        self.write_checkpoint();
+    }
+}

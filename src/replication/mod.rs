@@ -1,0 +1,15 @@
+//! Partition replicas on this broker and how they follow the metadata image.
+//!
+//! - [`partition`]: one replica: log, role, high watermark, producer state.
+//! - [`producer_state`]: idempotent-producer sequence checks (pure).
+//! - [`manager`]: opens, re-roles and deletes replicas as the applied
+//!   metadata image changes; flush, retention and checkpoint timers.
+//!
+//! Follower fetching and ISR changes build on these.
+
+pub mod manager;
+pub mod partition;
+pub mod producer_state;
+
+pub use manager::ReplicaManager;
+pub use partition::{Partition, PartitionError};

@@ -1,0 +1,381 @@
+//! One partition replica on this broker: its log, its role (leader or
+//! follower, with the leader epoch), the high watermark, and the
+//! idempotent-producer state.
+//!
+//! The leader's high watermark is the minimum log end offset over the ISR
+//! and never moves backwards; consumers read only below it. Waiters for
+//! acks=all and long-poll fetches are woken through watch channels; the
+//! partition never holds its lock across an await.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
+use crate::log::batch::{split_record_set, BatchHeader};
+use crate::log::{LogConfig, LogError, PartitionLog};
+
+/// Why a partition operation failed; mapped to Kafka codes in `crate::error`.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error("this broker is not the leader")]
+    NotLeader,
+    #[error("the leader epoch {got} is stale (current {current})")]
+    FencedLeaderEpoch { got: i32, current: i32 },
+    #[error("the leader epoch {got} is newer than this broker knows ({current})")]
+    UnknownLeaderEpoch { got: i32, current: i32 },
+    #[error("only {isr} in-sync replicas, min.insync.replicas is {min}")]
+    NotEnoughReplicas { isr: usize, min: usize },
+    #[error("out of order sequence: expected {expected}, got {got}")]
+    OutOfOrderSequence { expected: i32, got: i32 },
+    #[error("producer epoch is older than {current}")]
+    InvalidProducerEpoch { current: i16 },
+    #[error(transparent)]
+    Log(#[from] LogError),
+}
+
+/// What a produce appended (or found already appended).
+#[derive(Debug, Clone, Copy)]
+pub struct AppendResult {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    pub log_start_offset: i64,
+}
+
+/// What a fetch read.
+#[derive(Debug, Clone)]
+pub struct ReadResult {
+    pub records: Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// Offsets as the admin API shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionOffsets {
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
+}
+
+#[derive(Debug)]
+struct State {
+    log: PartitionLog,
+    is_leader: bool,
+    leader_epoch: i32,
+    isr: Vec<i32>,
+    high_watermark: i64,
+    /// Log end offsets that followers reported with their fetches.
+    follower_log_end: HashMap<i32, i64>,
+    producers: ProducerStateMap,
+    /// `min.insync.replicas` in force for this topic.
+    min_insync: usize,
+}
+
+#[derive(Debug)]
+pub struct Partition {
+    pub topic: String,
+    pub index: i32,
+    broker_id: i32,
+    state: Mutex<State>,
+    high_watermark_tx: watch::Sender<i64>,
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Rebuilds producer state from the batch headers in the log.
+fn rebuild_producers(log: &PartitionLog) -> Result<ProducerStateMap, LogError> {
+    /// Bytes read per step while scanning.
+    const SCAN_BYTES: usize = 1 << 20;
+    let mut producers = ProducerStateMap::default();
+    let mut offset = log.log_start_offset();
+    let end = log.log_end_offset();
+    while offset < end {
+        let chunk = log.read(offset, SCAN_BYTES, end)?;
+        if chunk.is_empty() {
+            break;
+        }
+        let mut next = offset;
+        for range in split_record_set(&chunk)? {
+            let h = BatchHeader::parse(&chunk[range])?;
+            if h.producer_id() >= 0 {
+                let meta = BatchMeta {
+                    first_seq: h.base_sequence(),
+                    last_seq: h.base_sequence().wrapping_add(h.last_offset_delta()),
+                    base_offset: h.base_offset(),
+                    last_offset: h.last_offset(),
+                };
+                producers.record(h.producer_id(), h.producer_epoch(), meta);
+            }
+            next = h.last_offset() + 1;
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    Ok(producers)
+}
+
+impl Partition {
+    pub fn open(topic: &str, index: i32, broker_id: i32, log: PartitionLog) -> Result<Self, LogError> {
+        let producers = rebuild_producers(&log)?;
+        let state = State {
+            high_watermark: log.log_start_offset(),
+            log,
+            is_leader: false,
+            leader_epoch: -1,
+            isr: Vec::new(),
+            follower_log_end: HashMap::new(),
+            producers,
+            min_insync: 1,
+        };
+        let (high_watermark_tx, _) = watch::channel(state.high_watermark);
+        Ok(Self { topic: topic.to_string(), index, broker_id, state: Mutex::new(state), high_watermark_tx })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock would be a bug; the state itself
+        // stays consistent (every mutation is a single log call or field set).
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Moves the high watermark to the minimum log end offset over the ISR,
+    /// never backwards, never past the local log end.
+    fn maybe_advance_high_watermark(&self, st: &mut State) {
+        if !st.is_leader {
+            return;
+        }
+        let local = st.log.log_end_offset();
+        let mut hw = local;
+        for id in &st.isr {
+            if *id != self.broker_id {
+                hw = hw.min(st.follower_log_end.get(id).copied().unwrap_or(st.high_watermark));
+            }
+        }
+        if hw > st.high_watermark {
+            assert!(hw <= local, "high watermark {hw} past log end {local}");
+            st.high_watermark = hw;
+            self.high_watermark_tx.send_replace(hw);
+        }
+    }
+
+    /// Applies a leadership change from the metadata image.
+    pub fn become_leader(&self, leader_epoch: i32, isr: &[i32]) {
+        let mut st = self.state();
+        if !st.is_leader || st.leader_epoch != leader_epoch {
+            st.follower_log_end.clear();
+            tracing::info!(topic = %self.topic, partition = self.index, leader_epoch, "became leader");
+        }
+        st.is_leader = true;
+        st.leader_epoch = leader_epoch;
+        st.isr = isr.to_vec();
+        self.maybe_advance_high_watermark(&mut st);
+    }
+
+    pub fn become_follower(&self, leader_epoch: i32) {
+        let mut st = self.state();
+        if st.is_leader {
+            tracing::info!(topic = %self.topic, partition = self.index, leader_epoch, "became follower");
+        }
+        st.is_leader = false;
+        st.leader_epoch = leader_epoch;
+    }
+
+    pub fn set_config(&self, config: LogConfig, min_insync: usize) -> Result<(), LogError> {
+        let mut st = self.state();
+        st.min_insync = min_insync;
+        if *st.log.config() != config {
+            st.log.set_config(config)?;
+        }
+        Ok(())
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.state().is_leader
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.state().leader_epoch
+    }
+
+    pub fn offsets(&self) -> PartitionOffsets {
+        let st = self.state();
+        PartitionOffsets {
+            log_start_offset: st.log.log_start_offset(),
+            log_end_offset: st.log.log_end_offset(),
+            high_watermark: st.high_watermark,
+        }
+    }
+
+    /// Checks a client's view of the leader epoch (-1: not given).
+    fn check_epoch(st: &State, current_leader_epoch: i32) -> Result<(), PartitionError> {
+        if current_leader_epoch < 0 || current_leader_epoch == st.leader_epoch {
+            Ok(())
+        } else if current_leader_epoch < st.leader_epoch {
+            Err(PartitionError::FencedLeaderEpoch { got: current_leader_epoch, current: st.leader_epoch })
+        } else {
+            Err(PartitionError::UnknownLeaderEpoch { got: current_leader_epoch, current: st.leader_epoch })
+        }
+    }
+
+    /// Appends a produce request's record set as leader. Batches are checked
+    /// (CRC, size, producer sequence) before anything is written.
+    pub fn append_as_leader(&self, records: &mut [u8], acks_all: bool) -> Result<AppendResult, PartitionError> {
+        let mut st = self.state();
+        if !st.is_leader {
+            return Err(PartitionError::NotLeader);
+        }
+        if acks_all && st.isr.len() < st.min_insync {
+            return Err(PartitionError::NotEnoughReplicas { isr: st.isr.len(), min: st.min_insync });
+        }
+        let ranges = split_record_set(records).map_err(LogError::from)?;
+        // Idempotence: one producer batch per request is what clients send.
+        let mut sequenced = None;
+        if let Some(first) = ranges.first() {
+            let h = BatchHeader::validate(&records[first.clone()]).map_err(LogError::from)?;
+            if h.producer_id() >= 0 && h.base_sequence() >= 0 {
+                let first_seq = h.base_sequence();
+                let last_seq = first_seq.wrapping_add(h.last_offset_delta());
+                match st.producers.check(h.producer_id(), h.producer_epoch(), first_seq, last_seq) {
+                    SeqCheck::Append => sequenced = Some((h.producer_id(), h.producer_epoch(), first_seq, last_seq)),
+                    SeqCheck::Duplicate(b) => {
+                        return Ok(AppendResult {
+                            base_offset: b.base_offset,
+                            last_offset: b.last_offset,
+                            log_start_offset: st.log.log_start_offset(),
+                        })
+                    }
+                    SeqCheck::OutOfOrder { expected, got } => {
+                        return Err(PartitionError::OutOfOrderSequence { expected, got })
+                    }
+                    SeqCheck::FencedEpoch { current } => return Err(PartitionError::InvalidProducerEpoch { current }),
+                }
+            }
+        }
+        let epoch = st.leader_epoch;
+        let info = st.log.append_as_leader(records, epoch, now_ms())?;
+        if let Some((pid, pepoch, first_seq, last_seq)) = sequenced {
+            let meta = BatchMeta { first_seq, last_seq, base_offset: info.base_offset, last_offset: info.last_offset };
+            st.producers.record(pid, pepoch, meta);
+        }
+        self.maybe_advance_high_watermark(&mut st);
+        Ok(AppendResult {
+            base_offset: info.base_offset,
+            last_offset: info.last_offset,
+            log_start_offset: st.log.log_start_offset(),
+        })
+    }
+
+    /// Reads for a consumer (below the high watermark) or a follower
+    /// (`replica_id`, up to the log end, recording its progress).
+    pub fn read(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        current_leader_epoch: i32,
+        replica_id: Option<i32>,
+    ) -> Result<ReadResult, PartitionError> {
+        let mut st = self.state();
+        if !st.is_leader {
+            return Err(PartitionError::NotLeader);
+        }
+        Self::check_epoch(&st, current_leader_epoch)?;
+        let max_offset = match replica_id {
+            Some(id) => {
+                st.follower_log_end.insert(id, fetch_offset);
+                self.maybe_advance_high_watermark(&mut st);
+                st.log.log_end_offset()
+            }
+            None => st.high_watermark,
+        };
+        let records = if fetch_offset >= max_offset && fetch_offset <= st.log.log_end_offset() {
+            Bytes::new()
+        } else {
+            st.log.read(fetch_offset, max_bytes, max_offset)?
+        };
+        Ok(ReadResult {
+            records,
+            high_watermark: st.high_watermark,
+            log_start_offset: st.log.log_start_offset(),
+            log_end_offset: st.log.log_end_offset(),
+        })
+    }
+
+    /// ListOffsets: -2 earliest, -1 latest (the high watermark), else the
+    /// first batch whose max timestamp is at or after `timestamp`.
+    pub fn offset_for(&self, timestamp: i64, current_leader_epoch: i32) -> Result<(i64, i64), PartitionError> {
+        let st = self.state();
+        if !st.is_leader {
+            return Err(PartitionError::NotLeader);
+        }
+        Self::check_epoch(&st, current_leader_epoch)?;
+        match timestamp {
+            -2 => Ok((-1, st.log.log_start_offset())),
+            -1 => Ok((-1, st.high_watermark)),
+            ts => match st.log.offset_for_timestamp(ts)? {
+                Some(found) if found.offset < st.high_watermark => Ok((found.timestamp, found.offset)),
+                _ => Ok((-1, -1)),
+            },
+        }
+    }
+
+    /// OffsetsForLeaderEpoch: (epoch, end offset) or (-1, -1) when unknown.
+    pub fn end_offset_for_epoch(
+        &self,
+        leader_epoch: i32,
+        current_leader_epoch: i32,
+    ) -> Result<(i32, i64), PartitionError> {
+        let st = self.state();
+        if !st.is_leader {
+            return Err(PartitionError::NotLeader);
+        }
+        Self::check_epoch(&st, current_leader_epoch)?;
+        Ok(st.log.end_offset_for_epoch(leader_epoch).map_or((-1, -1), |e| (e.leader_epoch, e.end_offset)))
+    }
+
+    /// Waits until the high watermark passes `offset`, up to `timeout`.
+    pub async fn wait_for_high_watermark(&self, offset: i64, timeout: Duration) -> bool {
+        let mut rx = self.high_watermark_tx.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|hw| *hw > offset)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// A receiver that changes whenever the high watermark moves.
+    pub fn subscribe(&self) -> watch::Receiver<i64> {
+        self.high_watermark_tx.subscribe()
+    }
+
+    pub fn maybe_flush(&self) -> Result<bool, LogError> {
+        self.state().log.maybe_flush(now_ms())
+    }
+
+    pub fn flush(&self) -> Result<(), LogError> {
+        self.state().log.flush()
+    }
+
+    pub fn apply_retention(&self) -> Result<(), LogError> {
+        let mut st = self.state();
+        let hw = st.high_watermark;
+        let out = st.log.apply_retention(now_ms(), hw)?;
+        if out.deleted_segments > 0 {
+            tracing::info!(topic = %self.topic, partition = self.index, segments = out.deleted_segments,
+                bytes = out.deleted_bytes, log_start_offset = st.log.log_start_offset(), "retention deleted segments");
+        }
+        Ok(())
+    }
+
+    pub fn recovery_point(&self) -> i64 {
+        self.state().log.recovery_point()
+    }
+
+    /// Takes the log out for closing or deleting.
+    pub fn into_log(self) -> PartitionLog {
+        self.state.into_inner().unwrap_or_else(|e| e.into_inner()).log
+    }
+}

@@ -1,0 +1,182 @@
+//! Idempotent-producer state of one partition: for each producer id, its
+//! epoch and the last few batches' sequence ranges and offsets (KIP-98).
+//!
+//! Pure logic: the partition asks [`ProducerStateMap::check`] before an
+//! append and calls [`ProducerStateMap::record`] after it. A retried batch is
+//! answered with its original offsets; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER.
+//! Rebuilt from batch headers when the log is opened.
+
+use std::collections::{HashMap, VecDeque};
+
+/// Kafka keeps this many recent batches per producer for duplicate checks.
+pub const BATCHES_KEPT: usize = 5;
+/// More producer ids than this in one partition are forgotten oldest-first.
+pub const PRODUCERS_MAX: usize = 10_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMeta {
+    pub first_seq: i32,
+    pub last_seq: i32,
+    pub base_offset: i64,
+    pub last_offset: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+struct ProducerEntry {
+    epoch: i16,
+    batches: VecDeque<BatchMeta>,
+    last_offset: i64,
+}
+
+/// What to do with an incoming batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqCheck {
+    Append,
+    /// Already in the log: answer with these offsets, append nothing.
+    Duplicate(BatchMeta),
+    OutOfOrder {
+        expected: i32,
+        got: i32,
+    },
+    /// The producer's epoch is older than one already seen.
+    FencedEpoch {
+        current: i16,
+    },
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ProducerStateMap {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+fn next_seq(seq: i32) -> i32 {
+    if seq == i32::MAX {
+        0
+    } else {
+        seq + 1
+    }
+}
+
+impl ProducerStateMap {
+    pub fn check(&self, producer_id: i64, epoch: i16, first_seq: i32, last_seq: i32) -> SeqCheck {
+        if producer_id < 0 {
+            return SeqCheck::Append;
+        }
+        let Some(entry) = self.producers.get(&producer_id) else {
+            // A producer we have never seen starts at sequence 0.
+            return if first_seq == 0 {
+                SeqCheck::Append
+            } else {
+                SeqCheck::OutOfOrder { expected: 0, got: first_seq }
+            };
+        };
+        if epoch < entry.epoch {
+            return SeqCheck::FencedEpoch { current: entry.epoch };
+        }
+        if epoch > entry.epoch {
+            return if first_seq == 0 {
+                SeqCheck::Append
+            } else {
+                SeqCheck::OutOfOrder { expected: 0, got: first_seq }
+            };
+        }
+        if let Some(b) = entry.batches.iter().find(|b| b.first_seq == first_seq && b.last_seq == last_seq) {
+            return SeqCheck::Duplicate(*b);
+        }
+        let expected = entry.batches.back().map_or(0, |b| next_seq(b.last_seq));
+        if first_seq == expected {
+            SeqCheck::Append
+        } else {
+            SeqCheck::OutOfOrder { expected, got: first_seq }
+        }
+    }
+
+    pub fn record(&mut self, producer_id: i64, epoch: i16, batch: BatchMeta) {
+        if producer_id < 0 {
+            return;
+        }
+        if !self.producers.contains_key(&producer_id) && self.producers.len() >= PRODUCERS_MAX {
+            if let Some(oldest) = self.producers.iter().min_by_key(|(_, e)| e.last_offset).map(|(id, _)| *id) {
+                self.producers.remove(&oldest);
+            }
+        }
+        let entry = self.producers.entry(producer_id).or_default();
+        if epoch != entry.epoch {
+            entry.batches.clear();
+            entry.epoch = epoch;
+        }
+        entry.batches.push_back(batch);
+        while entry.batches.len() > BATCHES_KEPT {
+            entry.batches.pop_front();
+        }
+        entry.last_offset = batch.last_offset;
+    }
+
+    /// Forgets batches at or above `offset` (the log was truncated there).
+    pub fn truncate_to(&mut self, offset: i64) {
+        for entry in self.producers.values_mut() {
+            entry.batches.retain(|b| b.last_offset < offset);
+        }
+        self.producers.retain(|_, e| !e.batches.is_empty());
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(first: i32, last: i32, base: i64) -> BatchMeta {
+        BatchMeta { first_seq: first, last_seq: last, base_offset: base, last_offset: base + (last - first) as i64 }
+    }
+
+    #[test]
+    fn sequences_duplicates_and_gaps() {
+        let mut s = ProducerStateMap::default();
+        assert_eq!(s.check(7, 0, 0, 4), SeqCheck::Append);
+        s.record(7, 0, meta(0, 4, 100));
+        assert_eq!(s.check(7, 0, 5, 9), SeqCheck::Append);
+        s.record(7, 0, meta(5, 9, 105));
+        assert_eq!(s.check(7, 0, 0, 4), SeqCheck::Duplicate(meta(0, 4, 100)), "a retry gets its offsets");
+        assert_eq!(s.check(7, 0, 12, 13), SeqCheck::OutOfOrder { expected: 10, got: 12 });
+        assert_eq!(s.check(8, 0, 3, 3), SeqCheck::OutOfOrder { expected: 0, got: 3 });
+        assert_eq!(s.check(-1, -1, -1, -1), SeqCheck::Append, "non-idempotent producers are not checked");
+    }
+
+    #[test]
+    fn epochs_fence_and_reset() {
+        let mut s = ProducerStateMap::default();
+        s.record(7, 2, meta(0, 0, 0));
+        assert_eq!(s.check(7, 1, 1, 1), SeqCheck::FencedEpoch { current: 2 });
+        assert_eq!(s.check(7, 3, 0, 0), SeqCheck::Append);
+        assert_eq!(s.check(7, 3, 5, 5), SeqCheck::OutOfOrder { expected: 0, got: 5 });
+    }
+
+    #[test]
+    fn only_recent_batches_are_kept_and_truncation_forgets() {
+        let mut s = ProducerStateMap::default();
+        for i in 0..10 {
+            s.record(1, 0, meta(i, i, i as i64));
+        }
+        assert_eq!(s.check(1, 0, 0, 0), SeqCheck::OutOfOrder { expected: 10, got: 0 });
+        assert!(matches!(s.check(1, 0, 9, 9), SeqCheck::Duplicate(_)));
+        s.truncate_to(8);
+        assert_eq!(s.check(1, 0, 8, 8), SeqCheck::Append);
+        s.truncate_to(0);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn sequence_wraps() {
+        let mut s = ProducerStateMap::default();
+        s.record(1, 0, meta(i32::MAX - 1, i32::MAX, 0));
+        assert_eq!(s.check(1, 0, 0, 3), SeqCheck::Append);
+    }
+}
