@@ -103,6 +103,7 @@ pub fn router(ctx: Arc<NodeContext>) -> Router {
         .route("/v1/topics/{name}/partitions", post(topics::add_partitions))
         .route("/v1/topics/{name}/configs", get(topics::configs).patch(topics::alter_configs))
         .route("/v1/partitions/{topic}/{partition}/elect-leader", post(topics::elect_leader))
+        .route("/v1/internal/local-offsets/{name}", get(topics::internal_offsets))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), track))
         .with_state(ctx)

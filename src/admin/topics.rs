@@ -1,7 +1,8 @@
 //! Topic and partition endpoints: list, create, describe, delete, add
 //! partitions, configs, and operator leader elections.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -15,12 +16,64 @@ use super::{controller_write, ApiResult, Ctx, HttpError};
 use crate::controller::protocol::{ControllerRequest, ElectionType};
 use crate::error::{ApiError, ErrorCode};
 use crate::node::NodeContext;
+use crate::replication::partition::PartitionOffsets;
 
 fn unknown_topic(name: &str) -> HttpError {
     HttpError(ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("topic `{name}` does not exist")))
 }
 
-fn partition_json(image: &MetadataImage, index: i32, p: &PartitionRegistration) -> Value {
+/// Offsets of one partition as its leader reports them.
+type Offsets = HashMap<i32, PartitionOffsets>;
+
+/// Offsets of the partitions of `topic` that this broker leads.
+fn local_offsets(ctx: &NodeContext, topic: &TopicImage) -> Offsets {
+    topic
+        .partitions
+        .keys()
+        .filter_map(|i| ctx.replicas.get(&topic.name, *i).filter(|p| p.is_leader()).map(|p| (*i, p.offsets())))
+        .collect()
+}
+
+/// Asks each partition's leader (this node or another, over its admin API)
+/// for its offsets; a leader that does not answer within a second leaves them null.
+async fn leader_offsets(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage) -> Offsets {
+    let mut offsets = local_offsets(ctx, topic);
+    let leaders: BTreeSet<i32> = topic
+        .partitions
+        .iter()
+        .filter(|(i, _)| !offsets.contains_key(*i))
+        .filter_map(|(_, p)| p.leader)
+        .filter(|l| *l != ctx.broker_id && image.is_active(*l))
+        .collect();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(1)).build().unwrap_or_default();
+    let asks = leaders.into_iter().filter_map(|l| image.brokers.get(&l)).map(|b| {
+        let url = format!("http://{}/v1/internal/local-offsets/{}", b.admin, topic.name);
+        let http = http.clone();
+        async move {
+            let resp = http.get(url).send().await.ok()?;
+            resp.json::<Vec<(i32, i64, i64, i64)>>().await.ok()
+        }
+    });
+    for answer in futures_util::future::join_all(asks).await.into_iter().flatten() {
+        for (i, log_start_offset, log_end_offset, high_watermark) in answer {
+            offsets.insert(i, PartitionOffsets { log_start_offset, log_end_offset, high_watermark });
+        }
+    }
+    offsets
+}
+
+/// `[partition, log start, log end, high watermark]` for partitions led here.
+pub async fn internal_offsets(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    let image = ctx.quorum.image();
+    let topic = image.topics.get(&name).ok_or_else(|| unknown_topic(&name))?;
+    let rows: Vec<(i32, i64, i64, i64)> = local_offsets(&ctx, topic)
+        .into_iter()
+        .map(|(i, o)| (i, o.log_start_offset, o.log_end_offset, o.high_watermark))
+        .collect();
+    Ok(Json(json!(rows)))
+}
+
+fn partition_json(image: &MetadataImage, index: i32, p: &PartitionRegistration, offsets: Option<&PartitionOffsets>) -> Value {
     let replica_states: BTreeMap<String, &str> =
         p.replicas.iter().map(|b| (b.to_string(), image.replica_state(p, *b).as_str())).collect();
     json!({
@@ -32,15 +85,15 @@ fn partition_json(image: &MetadataImage, index: i32, p: &PartitionRegistration) 
         "isr": p.isr,
         "state": image.partition_state(p).as_str(),
         "replica_states": replica_states,
-        // The partition log arrives with the Kafka front end.
-        "high_watermark": null,
-        "log_start_offset": null,
-        "log_end_offset": null,
+        "high_watermark": offsets.map(|o| o.high_watermark),
+        "log_start_offset": offsets.map(|o| o.log_start_offset),
+        "log_end_offset": offsets.map(|o| o.log_end_offset),
     })
 }
 
-fn topic_json(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage) -> Value {
-    let partitions: Vec<Value> = topic.partitions.iter().map(|(i, p)| partition_json(image, *i, p)).collect();
+fn topic_json(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage, offsets: &Offsets) -> Value {
+    let partitions: Vec<Value> =
+        topic.partitions.iter().map(|(i, p)| partition_json(image, *i, p, offsets.get(i))).collect();
     json!({
         "name": topic.name,
         "topic_id": topic.topic_id.to_string(),
@@ -49,10 +102,11 @@ fn topic_json(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage) -> V
     })
 }
 
-fn describe_now(ctx: &NodeContext, name: &str) -> ApiResult<Json<Value>> {
+async fn describe_now(ctx: &NodeContext, name: &str) -> ApiResult<Json<Value>> {
     let image = ctx.quorum.image();
     let topic = image.topics.get(name).ok_or_else(|| unknown_topic(name))?;
-    Ok(Json(topic_json(ctx, &image, topic)))
+    let offsets = leader_offsets(ctx, &image, topic).await;
+    Ok(Json(topic_json(ctx, &image, topic, &offsets)))
 }
 
 pub async fn list(State(ctx): Ctx) -> Json<Vec<Value>> {
@@ -113,11 +167,11 @@ pub async fn create(
         configs,
     };
     controller_write(&ctx, request).await?;
-    Ok((StatusCode::CREATED, describe_now(&ctx, &body.name)?))
+    Ok((StatusCode::CREATED, describe_now(&ctx, &body.name).await?))
 }
 
 pub async fn describe(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<Json<Value>> {
-    describe_now(&ctx, &name)
+    describe_now(&ctx, &name).await
 }
 
 pub async fn delete(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<StatusCode> {
@@ -138,7 +192,7 @@ pub async fn add_partitions(
 ) -> ApiResult<Json<Value>> {
     let Json(body) = body?;
     controller_write(&ctx, ControllerRequest::CreatePartitions { name: name.clone(), count: body.count }).await?;
-    describe_now(&ctx, &name)
+    describe_now(&ctx, &name).await
 }
 
 pub async fn configs(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<Json<Value>> {
@@ -191,5 +245,6 @@ pub async fn elect_leader(
     controller_write(&ctx, ControllerRequest::ElectLeader { topic: topic.clone(), partition, election }).await?;
     let image = ctx.quorum.image();
     let p = image.topics.get(&topic).and_then(|t| t.partitions.get(&partition)).ok_or_else(|| unknown_topic(&topic))?;
-    Ok(Json(partition_json(&image, partition, p)))
+    let offsets = leader_offsets(&ctx, &image, image.topics.get(&topic).ok_or_else(|| unknown_topic(&topic))?).await;
+    Ok(Json(partition_json(&image, partition, p, offsets.get(&partition))))
 }
