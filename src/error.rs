@@ -23,6 +23,10 @@ pub enum ErrorCode {
     BrokerNotAvailable,
     StaleBrokerEpoch,
     GroupIdNotFound,
+    NotLeaderOrFollower,
+    FencedLeaderEpoch,
+    InvalidUpdateVersion,
+    IneligibleReplica,
 }
 
 impl ErrorCode {
@@ -43,6 +47,10 @@ impl ErrorCode {
             ErrorCode::BrokerNotAvailable => "BROKER_NOT_AVAILABLE",
             ErrorCode::StaleBrokerEpoch => "STALE_BROKER_EPOCH",
             ErrorCode::GroupIdNotFound => "GROUP_ID_NOT_FOUND",
+            ErrorCode::NotLeaderOrFollower => "NOT_LEADER_OR_FOLLOWER",
+            ErrorCode::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
+            ErrorCode::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
+            ErrorCode::IneligibleReplica => "INELIGIBLE_REPLICA",
         }
     }
 
@@ -64,6 +72,10 @@ impl ErrorCode {
             ErrorCode::EligibleLeadersNotAvailable => 83,
             ErrorCode::StaleBrokerEpoch => 77,
             ErrorCode::GroupIdNotFound => 69,
+            ErrorCode::NotLeaderOrFollower => 6,
+            ErrorCode::FencedLeaderEpoch => 74,
+            ErrorCode::InvalidUpdateVersion => 95,
+            ErrorCode::IneligibleReplica => 107,
         }
     }
 

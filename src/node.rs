@@ -21,6 +21,7 @@ use crate::controller::Controller;
 use crate::error::{ApiError, ErrorCode};
 use crate::kafka::producer_ids::ProducerIdAllocator;
 use crate::lifecycle::BrokerLifecycle;
+use crate::replication::fetcher::FetcherManager;
 use crate::replication::ReplicaManager;
 
 /// Everything `strom serve` was told.
@@ -195,6 +196,21 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let (stop_kafka_tx, stop_kafka_rx) = watch::channel(false);
     let replicas_task = tokio::spawn(replicas.clone().run(quorum.subscribe(), stop_admin_rx.clone()));
     let kafka_task = tokio::spawn(crate::kafka::serve(kafka_listener, ctx.clone(), stop_kafka_rx));
+    let fetchers = Arc::new(FetcherManager::new(
+        broker_id,
+        replicas.clone(),
+        quorum.clone(),
+        settings.int("replica.fetch.wait.max.ms").unwrap_or(500) as i32,
+    ));
+    let fetcher_task = tokio::spawn(fetchers.run(stop_rx.clone()));
+    let isr_task = tokio::spawn(crate::replication::isr_sync::run(
+        broker_id,
+        replicas.clone(),
+        ctx.client.clone(),
+        quorum.clone(),
+        settings.int("replica.lag.time.max.ms").unwrap_or(10_000),
+        stop_rx.clone(),
+    ));
     let admin_task = tokio::spawn(crate::admin::serve(admin_listener, ctx, stop_admin_rx));
     tracing::info!(
         node_id = config.node_id,
@@ -213,6 +229,8 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let _ = stop_kafka_tx.send(true);
     let _ = kafka_task.await;
     let _ = controller_task.await;
+    let _ = fetcher_task.await;
+    let _ = isr_task.await;
     let _ = leader_task.await;
     let _ = stop_admin_tx.send(true);
     if let Ok(Err(e)) = admin_task.await {

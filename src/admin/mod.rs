@@ -13,7 +13,6 @@ mod topics;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
@@ -42,9 +41,24 @@ impl From<ApiError> for HttpError {
     }
 }
 
-impl From<JsonRejection> for HttpError {
-    fn from(e: JsonRejection) -> Self {
-        HttpError(ApiError::new(ErrorCode::InvalidRequest, format!("malformed JSON body: {}", e.body_text())))
+/// A JSON request body, accepted with or without a JSON content type (so a
+/// bare `curl -d` works); a body that does not parse is a 400 naming why.
+pub struct JsonBody<T>(pub T);
+
+impl<S, T> axum::extract::FromRequest<S> for JsonBody<T>
+where
+    S: Send + Sync,
+    T: serde::de::DeserializeOwned,
+{
+    type Rejection = HttpError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| HttpError(ApiError::new(ErrorCode::InvalidRequest, format!("cannot read the body: {e}"))))?;
+        serde_json::from_slice(&bytes)
+            .map(JsonBody)
+            .map_err(|e| HttpError(ApiError::new(ErrorCode::InvalidRequest, format!("malformed JSON body: {e}"))))
     }
 }
 

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::Json;
@@ -12,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use strom_raft::{MetadataImage, PartitionRegistration, TopicImage};
 
-use super::{controller_write, ApiResult, Ctx, HttpError};
+use super::{controller_write, ApiResult, Ctx, HttpError, JsonBody};
 use crate::controller::protocol::{ControllerRequest, ElectionType};
 use crate::error::{ApiError, ErrorCode};
 use crate::node::NodeContext;
@@ -73,7 +72,12 @@ pub async fn internal_offsets(State(ctx): Ctx, Path(name): Path<String>) -> ApiR
     Ok(Json(json!(rows)))
 }
 
-fn partition_json(image: &MetadataImage, index: i32, p: &PartitionRegistration, offsets: Option<&PartitionOffsets>) -> Value {
+fn partition_json(
+    image: &MetadataImage,
+    index: i32,
+    p: &PartitionRegistration,
+    offsets: Option<&PartitionOffsets>,
+) -> Value {
     let replica_states: BTreeMap<String, &str> =
         p.replicas.iter().map(|b| (b.to_string(), image.replica_state(p, *b).as_str())).collect();
     json!({
@@ -146,11 +150,7 @@ pub struct CreateTopic {
     configs: BTreeMap<String, Value>,
 }
 
-pub async fn create(
-    State(ctx): Ctx,
-    body: Result<Json<CreateTopic>, JsonRejection>,
-) -> ApiResult<(StatusCode, Json<Value>)> {
-    let Json(body) = body?;
+pub async fn create(State(ctx): Ctx, JsonBody(body): JsonBody<CreateTopic>) -> ApiResult<(StatusCode, Json<Value>)> {
     let mut configs = BTreeMap::new();
     for (k, v) in &body.configs {
         match config_value(k, v)? {
@@ -188,9 +188,8 @@ pub struct AddPartitions {
 pub async fn add_partitions(
     State(ctx): Ctx,
     Path(name): Path<String>,
-    body: Result<Json<AddPartitions>, JsonRejection>,
+    JsonBody(body): JsonBody<AddPartitions>,
 ) -> ApiResult<Json<Value>> {
-    let Json(body) = body?;
     controller_write(&ctx, ControllerRequest::CreatePartitions { name: name.clone(), count: body.count }).await?;
     describe_now(&ctx, &name).await
 }
@@ -204,9 +203,8 @@ pub async fn configs(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<Jso
 pub async fn alter_configs(
     State(ctx): Ctx,
     Path(name): Path<String>,
-    body: Result<Json<BTreeMap<String, Value>>, JsonRejection>,
+    JsonBody(body): JsonBody<BTreeMap<String, Value>>,
 ) -> ApiResult<Json<Value>> {
-    let Json(body) = body?;
     let mut changes = BTreeMap::new();
     for (k, v) in &body {
         changes.insert(k.clone(), config_value(k, v)?);
@@ -225,9 +223,8 @@ pub struct ElectLeader {
 pub async fn elect_leader(
     State(ctx): Ctx,
     Path((topic, partition)): Path<(String, String)>,
-    body: Result<Json<ElectLeader>, JsonRejection>,
+    JsonBody(body): JsonBody<ElectLeader>,
 ) -> ApiResult<Json<Value>> {
-    let Json(body) = body?;
     let partition: i32 = partition
         .parse()
         .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, format!("partition `{partition}` is not a number")))?;

@@ -84,6 +84,57 @@ pub fn elections_for_returning(image: &MetadataImage, returning: i32) -> Vec<Met
     records
 }
 
+/// Checks a leader's ISR change request against the image (KIP-497):
+/// it must come from the current leader at the current leader and partition
+/// epochs, and every member it adds must be an active replica.
+pub fn alter_partition(
+    image: &MetadataImage,
+    broker_id: i32,
+    topic: &str,
+    partition: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    isr: &[i32],
+) -> Result<MetadataRecord, ApiError> {
+    let t = image
+        .topics
+        .get(topic)
+        .ok_or_else(|| ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("no topic `{topic}`")))?;
+    let p = t.partitions.get(&partition).ok_or_else(|| {
+        ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("no partition {topic}-{partition}"))
+    })?;
+    if p.leader != Some(broker_id) || p.leader_epoch != leader_epoch {
+        return Err(ApiError::new(
+            ErrorCode::FencedLeaderEpoch,
+            format!(
+                "broker {broker_id} at epoch {leader_epoch} does not lead {topic}-{partition} (epoch {})",
+                p.leader_epoch
+            ),
+        ));
+    }
+    if p.partition_epoch != partition_epoch {
+        return Err(ApiError::new(
+            ErrorCode::InvalidUpdateVersion,
+            format!("partition epoch {partition_epoch} is stale (now {})", p.partition_epoch),
+        ));
+    }
+    if !isr.contains(&broker_id) {
+        return Err(ApiError::new(ErrorCode::InvalidRequest, "the leader must stay in the ISR"));
+    }
+    for b in isr {
+        if !p.replicas.contains(b) || (!p.isr.contains(b) && !image.is_active(*b)) {
+            return Err(ApiError::new(ErrorCode::IneligibleReplica, format!("broker {b} cannot join the ISR")));
+        }
+    }
+    Ok(MetadataRecord::PartitionChange {
+        topic_id: t.topic_id,
+        partition,
+        leader: LeaderChange::Unchanged,
+        isr: Some(isr.to_vec()),
+        replicas: None,
+    })
+}
+
 /// An election asked for by an operator.
 pub fn elect(
     image: &MetadataImage,
@@ -227,6 +278,32 @@ mod tests {
     fn untouched_partitions_produce_no_records() {
         let img = image(&[1, 2, 3], &[(vec![2, 3], vec![2, 3], Some(2))]);
         assert!(elections_without(&img, 1, false).is_empty());
+    }
+
+    #[test]
+    fn alter_partition_checks_epochs_and_eligibility() {
+        let img = image(&[1, 2, 3], &[(vec![1, 2, 3], vec![1, 2], Some(1))]);
+        let ok = alter_partition(&img, 1, "t", 0, 0, 0, &[1, 2, 3]).expect("expand");
+        assert!(matches!(ok, MetadataRecord::PartitionChange { isr: Some(ref i), .. } if i == &vec![1, 2, 3]));
+        assert_eq!(
+            alter_partition(&img, 2, "t", 0, 0, 0, &[2]).expect_err("not leader").code,
+            ErrorCode::FencedLeaderEpoch
+        );
+        assert_eq!(alter_partition(&img, 1, "t", 0, 1, 0, &[1]).expect_err("epoch").code, ErrorCode::FencedLeaderEpoch);
+        assert_eq!(
+            alter_partition(&img, 1, "t", 0, 0, 7, &[1]).expect_err("stale").code,
+            ErrorCode::InvalidUpdateVersion
+        );
+        assert_eq!(
+            alter_partition(&img, 1, "t", 0, 0, 0, &[1, 4]).expect_err("not a replica").code,
+            ErrorCode::IneligibleReplica
+        );
+        let fenced = image(&[1, 2], &[(vec![1, 2, 3], vec![1, 2], Some(1))]);
+        assert_eq!(
+            alter_partition(&fenced, 1, "t", 0, 0, 0, &[1, 2, 3]).expect_err("fenced").code,
+            ErrorCode::IneligibleReplica
+        );
+        assert!(alter_partition(&fenced, 1, "t", 0, 0, 0, &[1]).is_ok(), "shrinking is always allowed");
     }
 
     #[test]

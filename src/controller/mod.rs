@@ -104,6 +104,28 @@ impl Controller {
             ControllerRequest::ControlledShutdown { broker_id, incarnation_id } => {
                 self.controlled_shutdown(&quorum, broker_id, incarnation_id).await
             }
+            ControllerRequest::AlterPartition { broker_id, topic, partition, leader_epoch, partition_epoch, isr } => {
+                let _guard = self.write_lock.lock().await;
+                let image = quorum.image();
+                match election::alter_partition(
+                    &image,
+                    broker_id,
+                    &topic,
+                    partition,
+                    leader_epoch,
+                    partition_epoch,
+                    &isr,
+                ) {
+                    Ok(record) => {
+                        let r = self.propose(&quorum, vec![record]).await;
+                        if r.is_ok() {
+                            tracing::info!(%topic, partition, ?isr, leader = broker_id, "ISR changed");
+                        }
+                        r
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             ControllerRequest::AllocateProducerIds { broker_id } => {
                 return self.allocate_producer_ids(&quorum, broker_id).await;
             }

@@ -55,6 +55,16 @@ pub enum ControllerRequest {
         partition: i32,
         election: ElectionType,
     },
+    /// A partition leader asks for a new ISR (KIP-497's AlterPartition),
+    /// based on the leader and partition epochs it knows.
+    AlterPartition {
+        broker_id: i32,
+        topic: String,
+        partition: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<i32>,
+    },
     /// A block of producer ids for a broker's idempotent producers.
     AllocateProducerIds {
         broker_id: i32,

@@ -143,9 +143,9 @@ impl ReplicaManager {
                     }
                 };
                 if p.leader == Some(self.broker_id) {
-                    partition.become_leader(p.leader_epoch, &p.isr);
+                    partition.become_leader(p.leader_epoch, p.partition_epoch, &p.isr, &p.replicas);
                 } else {
-                    partition.become_follower(p.leader_epoch);
+                    partition.become_follower(p.leader_epoch, p.partition_epoch);
                 }
             }
         }

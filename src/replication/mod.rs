@@ -7,6 +7,10 @@
 //!
 //! Follower fetching and ISR changes build on these.
 
+pub mod client;
+pub mod fetcher;
+pub mod isr;
+pub mod isr_sync;
 pub mod manager;
 pub mod partition;
 pub mod producer_state;

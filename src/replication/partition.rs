@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tokio::sync::watch;
 
+use super::isr::{desired_isr, FollowerProgress};
 use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
 use crate::log::batch::{split_record_set, BatchHeader};
 use crate::log::{LogConfig, LogError, PartitionLog};
@@ -54,6 +55,15 @@ pub struct ReadResult {
     pub log_end_offset: i64,
 }
 
+/// A follower's fetch position.
+#[derive(Debug, Clone, Copy)]
+pub struct FollowerPosition {
+    pub log_end_offset: i64,
+    pub leader_epoch: i32,
+    pub needs_truncation: bool,
+    pub latest_local_epoch: Option<i32>,
+}
+
 /// Offsets as the admin API shows them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionOffsets {
@@ -69,8 +79,12 @@ struct State {
     leader_epoch: i32,
     isr: Vec<i32>,
     high_watermark: i64,
-    /// Log end offsets that followers reported with their fetches.
-    follower_log_end: HashMap<i32, i64>,
+    partition_epoch: i32,
+    replicas: Vec<i32>,
+    /// What the leader knows of each follower, from its fetches.
+    followers: HashMap<i32, FollowerProgress>,
+    /// The leader epoch this follower last truncated its log for.
+    truncated_for_epoch: Option<i32>,
     producers: ProducerStateMap,
     /// `min.insync.replicas` in force for this topic.
     min_insync: usize,
@@ -83,10 +97,25 @@ pub struct Partition {
     broker_id: i32,
     state: Mutex<State>,
     high_watermark_tx: watch::Sender<i64>,
+    /// Changes on every append: follower fetches long-poll on it.
+    log_end_tx: watch::Sender<i64>,
 }
 
 pub fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The exact (timestamp, offset) of the first record at or after `ts` in
+/// `batch` (decompressing it); `None` if the batch cannot be decoded.
+fn first_record_at_or_after(mut batch: Bytes, ts: i64) -> Option<(i64, i64)> {
+    let set = match kafka_protocol::records::RecordBatchDecoder::decode(&mut batch) {
+        Ok(set) => set,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot decode a batch for a timestamp lookup; answering with its base offset");
+            return None;
+        }
+    };
+    set.records.iter().find(|r| r.timestamp >= ts).map(|r| (r.timestamp, r.offset))
 }
 
 /// Rebuilds producer state from the batch headers in the log.
@@ -132,12 +161,16 @@ impl Partition {
             is_leader: false,
             leader_epoch: -1,
             isr: Vec::new(),
-            follower_log_end: HashMap::new(),
+            partition_epoch: -1,
+            replicas: Vec::new(),
+            followers: HashMap::new(),
+            truncated_for_epoch: None,
             producers,
             min_insync: 1,
         };
         let (high_watermark_tx, _) = watch::channel(state.high_watermark);
-        Ok(Self { topic: topic.to_string(), index, broker_id, state: Mutex::new(state), high_watermark_tx })
+        let (log_end_tx, _) = watch::channel(state.log.log_end_offset());
+        Ok(Self { topic: topic.to_string(), index, broker_id, state: Mutex::new(state), high_watermark_tx, log_end_tx })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -156,7 +189,8 @@ impl Partition {
         let mut hw = local;
         for id in &st.isr {
             if *id != self.broker_id {
-                hw = hw.min(st.follower_log_end.get(id).copied().unwrap_or(st.high_watermark));
+                let end = st.followers.get(id).map_or(-1, |f| f.log_end_offset);
+                hw = hw.min(if end >= 0 { end } else { st.high_watermark });
             }
         }
         if hw > st.high_watermark {
@@ -167,25 +201,136 @@ impl Partition {
     }
 
     /// Applies a leadership change from the metadata image.
-    pub fn become_leader(&self, leader_epoch: i32, isr: &[i32]) {
+    pub fn become_leader(&self, leader_epoch: i32, partition_epoch: i32, isr: &[i32], replicas: &[i32]) {
         let mut st = self.state();
         if !st.is_leader || st.leader_epoch != leader_epoch {
-            st.follower_log_end.clear();
-            tracing::info!(topic = %self.topic, partition = self.index, leader_epoch, "became leader");
+            // Every follower gets a full lag period to show up.
+            let now = now_ms();
+            st.followers =
+                replicas.iter().filter(|r| **r != self.broker_id).map(|r| (*r, FollowerProgress::new(now))).collect();
+            tracing::info!(topic = %self.topic, partition = self.index, leader_epoch,
+                high_watermark = st.high_watermark, log_end_offset = st.log.log_end_offset(), "became leader");
         }
         st.is_leader = true;
         st.leader_epoch = leader_epoch;
+        st.partition_epoch = partition_epoch;
         st.isr = isr.to_vec();
+        st.replicas = replicas.to_vec();
         self.maybe_advance_high_watermark(&mut st);
     }
 
-    pub fn become_follower(&self, leader_epoch: i32) {
+    pub fn become_follower(&self, leader_epoch: i32, partition_epoch: i32) {
         let mut st = self.state();
-        if st.is_leader {
-            tracing::info!(topic = %self.topic, partition = self.index, leader_epoch, "became follower");
+        if st.is_leader || st.leader_epoch != leader_epoch {
+            tracing::info!(topic = %self.topic, partition = self.index, leader_epoch, "following");
+            st.truncated_for_epoch = None;
+            st.followers.clear();
         }
         st.is_leader = false;
         st.leader_epoch = leader_epoch;
+        st.partition_epoch = partition_epoch;
+        // Waiters re-check their role.
+        self.high_watermark_tx.send_modify(|_| {});
+        self.log_end_tx.send_modify(|_| {});
+    }
+
+    /// Where a follower fetches from, or `None` on the leader.
+    pub fn follower_position(&self) -> Option<FollowerPosition> {
+        let st = self.state();
+        (!st.is_leader).then(|| FollowerPosition {
+            log_end_offset: st.log.log_end_offset(),
+            leader_epoch: st.leader_epoch,
+            needs_truncation: st.truncated_for_epoch != Some(st.leader_epoch),
+            latest_local_epoch: st.log.latest_epoch(),
+        })
+    }
+
+    /// Truncates a follower's log where it diverges from the leader of
+    /// `leader_epoch` (the end offset the leader reported for our latest
+    /// epoch; -1 when it knows none, then the high watermark is kept).
+    pub fn truncate_for_epoch(&self, leader_epoch: i32, end_offset: i64) -> Result<(), PartitionError> {
+        let mut st = self.state();
+        if st.is_leader || st.leader_epoch != leader_epoch {
+            return Err(PartitionError::NotLeader);
+        }
+        let target = if end_offset >= 0 { end_offset } else { st.high_watermark };
+        let end = st.log.log_end_offset();
+        if target < end {
+            st.log.truncate_to(target)?;
+            st.producers.truncate_to(target);
+            st.high_watermark = st.high_watermark.min(st.log.log_end_offset());
+            tracing::info!(topic = %self.topic, partition = self.index, from = end, to = st.log.log_end_offset(),
+                leader_epoch, "truncated a divergent suffix");
+        }
+        st.truncated_for_epoch = Some(leader_epoch);
+        Ok(())
+    }
+
+    /// A follower whose fetch offset is outside the leader's log starts over at `offset`.
+    pub fn reset_to(&self, leader_epoch: i32, offset: i64) -> Result<(), PartitionError> {
+        let mut st = self.state();
+        if st.is_leader || st.leader_epoch != leader_epoch {
+            return Err(PartitionError::NotLeader);
+        }
+        st.log.truncate_fully_and_start_at(offset)?;
+        st.producers = ProducerStateMap::default();
+        st.high_watermark = offset;
+        tracing::warn!(topic = %self.topic, partition = self.index, offset, "follower log reset to the leader's range");
+        Ok(())
+    }
+
+    /// Appends what the leader sent; the follower's high watermark follows the leader's.
+    pub fn append_as_follower(
+        &self,
+        leader_epoch: i32,
+        records: &[u8],
+        leader_high_watermark: i64,
+    ) -> Result<(), PartitionError> {
+        let mut st = self.state();
+        if st.is_leader || st.leader_epoch != leader_epoch {
+            return Err(PartitionError::NotLeader);
+        }
+        if !records.is_empty() {
+            st.log.append_as_follower(records, now_ms())?;
+            for range in split_record_set(records).map_err(LogError::from)? {
+                let h = BatchHeader::parse(&records[range]).map_err(LogError::from)?;
+                if h.producer_id() >= 0 && h.base_sequence() >= 0 {
+                    let meta = BatchMeta {
+                        first_seq: h.base_sequence(),
+                        last_seq: h.base_sequence().wrapping_add(h.last_offset_delta()),
+                        base_offset: h.base_offset(),
+                        last_offset: h.last_offset(),
+                    };
+                    st.producers.record(h.producer_id(), h.producer_epoch(), meta);
+                }
+            }
+        }
+        let hw = leader_high_watermark.min(st.log.log_end_offset());
+        if hw > st.high_watermark {
+            st.high_watermark = hw;
+            self.high_watermark_tx.send_replace(hw);
+        }
+        Ok(())
+    }
+
+    /// The ISR change this leader should ask the controller for, with the
+    /// leader and partition epochs it is based on.
+    pub fn isr_proposal(&self, lag_max_ms: i64, is_active: impl Fn(i32) -> bool) -> Option<(i32, i32, Vec<i32>)> {
+        let st = self.state();
+        if !st.is_leader {
+            return None;
+        }
+        let isr = desired_isr(
+            self.broker_id,
+            &st.isr,
+            &st.replicas,
+            &st.followers,
+            st.high_watermark,
+            now_ms(),
+            lag_max_ms,
+            is_active,
+        )?;
+        Some((st.leader_epoch, st.partition_epoch, isr))
     }
 
     pub fn set_config(&self, config: LogConfig, min_insync: usize) -> Result<(), LogError> {
@@ -266,6 +411,7 @@ impl Partition {
             st.producers.record(pid, pepoch, meta);
         }
         self.maybe_advance_high_watermark(&mut st);
+        self.log_end_tx.send_replace(st.log.log_end_offset());
         Ok(AppendResult {
             base_offset: info.base_offset,
             last_offset: info.last_offset,
@@ -289,9 +435,10 @@ impl Partition {
         Self::check_epoch(&st, current_leader_epoch)?;
         let max_offset = match replica_id {
             Some(id) => {
-                st.follower_log_end.insert(id, fetch_offset);
+                let (end, now) = (st.log.log_end_offset(), now_ms());
+                st.followers.entry(id).or_insert_with(|| FollowerProgress::new(now)).on_fetch(fetch_offset, end, now);
                 self.maybe_advance_high_watermark(&mut st);
-                st.log.log_end_offset()
+                end
             }
             None => st.high_watermark,
         };
@@ -320,7 +467,10 @@ impl Partition {
             -2 => Ok((-1, st.log.log_start_offset())),
             -1 => Ok((-1, st.high_watermark)),
             ts => match st.log.offset_for_timestamp(ts)? {
-                Some(found) if found.offset < st.high_watermark => Ok((found.timestamp, found.offset)),
+                Some(found) if found.offset < st.high_watermark => {
+                    let batch = st.log.read(found.offset, 1, st.high_watermark)?;
+                    Ok(first_record_at_or_after(batch, ts).unwrap_or((found.timestamp, found.offset)))
+                }
                 _ => Ok((-1, -1)),
             },
         }
@@ -349,6 +499,11 @@ impl Partition {
     /// A receiver that changes whenever the high watermark moves.
     pub fn subscribe(&self) -> watch::Receiver<i64> {
         self.high_watermark_tx.subscribe()
+    }
+
+    /// A receiver that changes on every append (and role change).
+    pub fn subscribe_log_end(&self) -> watch::Receiver<i64> {
+        self.log_end_tx.subscribe()
     }
 
     pub fn maybe_flush(&self) -> Result<bool, LogError> {

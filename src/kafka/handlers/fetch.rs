@@ -95,7 +95,7 @@ pub async fn handle(ctx: &NodeContext, request: FetchRequest, version: i16) -> F
             .topics
             .iter()
             .flat_map(|t| t.partitions.iter().filter_map(|p| ctx.replicas.get(t.topic.0.as_str(), p.partition)))
-            .map(|p| p.subscribe())
+            .map(|p| if replica.is_some() { p.subscribe_log_end() } else { p.subscribe() })
             .collect();
         let mut roles = ctx.replicas.subscribe();
         let (mut topics, bytes) = read_all(ctx, &request, replica);

@@ -1,0 +1,288 @@
+//! Follower fetchers: one task per source broker (leader), fetching all the
+//! partitions this broker follows from it in one Fetch request.
+//!
+//! After a leadership change a follower first asks the new leader where the
+//! logs diverge (OffsetsForLeaderEpoch for its latest local epoch) and
+//! truncates there; then it fetches from its log end offset with its replica
+//! id, appends what comes back, and keeps its high watermark at
+//! min(leader's, own log end). The leader long-polls, so an idle fetcher
+//! costs one request per `replica.fetch.wait.max.ms`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use strom_raft::Quorum;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::client::KafkaConnection;
+use super::partition::Partition;
+use super::ReplicaManager;
+
+/// Bytes per partition in one follower fetch (Kafka's `replica.fetch.max.bytes`).
+const PARTITION_FETCH_BYTES: i32 = 1024 * 1024;
+/// Bytes per follower fetch response (Kafka's `replica.fetch.response.max.bytes`).
+const FETCH_RESPONSE_BYTES: i32 = 10 * 1024 * 1024;
+/// Pause after a failed request or an unreachable leader.
+const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+const FETCH_VERSION: i16 = 12;
+const EPOCH_VERSION: i16 = 3;
+
+type Key = (String, i32);
+
+pub struct FetcherManager {
+    broker_id: i32,
+    replicas: Arc<ReplicaManager>,
+    quorum: Arc<Quorum>,
+    fetch_wait_ms: i32,
+}
+
+struct FetcherHandle {
+    partitions: watch::Sender<Vec<Key>>,
+    task: JoinHandle<()>,
+}
+
+impl FetcherManager {
+    pub fn new(broker_id: i32, replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, fetch_wait_ms: i32) -> Self {
+        Self { broker_id, replicas, quorum, fetch_wait_ms }
+    }
+
+    /// Which partitions to fetch from which leader, by the applied image.
+    fn assignments(&self) -> BTreeMap<i32, Vec<Key>> {
+        let image = self.quorum.image();
+        let mut out: BTreeMap<i32, Vec<Key>> = BTreeMap::new();
+        for p in self.replicas.all() {
+            if p.follower_position().is_none() {
+                continue;
+            }
+            let leader = image.topics.get(&p.topic).and_then(|t| t.partitions.get(&p.index)).and_then(|r| r.leader);
+            if let Some(l) = leader.filter(|l| *l != self.broker_id) {
+                out.entry(l).or_default().push((p.topic.clone(), p.index));
+            }
+        }
+        out
+    }
+
+    /// Keeps one fetcher per leader in step with the hosted replicas until `shutdown`.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut fetchers: HashMap<i32, FetcherHandle> = HashMap::new();
+        let mut roles = self.replicas.subscribe();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            let wanted = self.assignments();
+            for (leader, keys) in &wanted {
+                match fetchers.get(leader) {
+                    Some(f) => {
+                        f.partitions.send_if_modified(|cur| {
+                            let changed = cur != keys;
+                            if changed {
+                                cur.clone_from(keys);
+                            }
+                            changed
+                        });
+                    }
+                    None => {
+                        let (tx, rx) = watch::channel(keys.clone());
+                        let task = tokio::spawn(self.clone().fetch_loop(*leader, rx, shutdown.clone()));
+                        fetchers.insert(*leader, FetcherHandle { partitions: tx, task });
+                    }
+                }
+            }
+            fetchers.retain(|leader, f| {
+                let keep = wanted.contains_key(leader);
+                if !keep {
+                    f.task.abort();
+                }
+                keep
+            });
+            tokio::select! {
+                _ = roles.changed() => {}
+                _ = tick.tick() => {}
+                _ = shutdown.changed() => break,
+            }
+        }
+        for f in fetchers.values() {
+            f.task.abort();
+        }
+    }
+
+    fn leader_addr(&self, leader: i32) -> Option<String> {
+        self.quorum.image().brokers.get(&leader).map(|b| b.kafka.clone())
+    }
+
+    async fn fetch_loop(
+        self: Arc<Self>,
+        leader: i32,
+        mut partitions: watch::Receiver<Vec<Key>>,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        let mut conn: Option<KafkaConnection> = None;
+        let client_id = format!("strom-follower-{}", self.broker_id);
+        while !*shutdown.borrow() {
+            let keys = partitions.borrow_and_update().clone();
+            if keys.is_empty() {
+                if partitions.changed().await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            if conn.is_none() {
+                let Some(addr) = self.leader_addr(leader) else {
+                    tokio::time::sleep(RETRY_BACKOFF).await;
+                    continue;
+                };
+                match KafkaConnection::connect(&addr, &client_id).await {
+                    Ok(c) => conn = Some(c),
+                    Err(e) => {
+                        tracing::debug!(leader, %addr, error = %e, "cannot reach the leader");
+                        tokio::time::sleep(RETRY_BACKOFF).await;
+                        continue;
+                    }
+                }
+            }
+            let Some(c) = conn.as_mut() else { continue };
+            let parts: Vec<Arc<Partition>> = keys.iter().filter_map(|(t, i)| self.replicas.get(t, *i)).collect();
+            let result = match self.truncate(c, &parts).await {
+                Ok(()) => self.fetch_once(c, &parts).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::debug!(leader, error = %e, "follower fetch failed; reconnecting");
+                conn = None;
+                tokio::time::sleep(RETRY_BACKOFF).await;
+            }
+        }
+    }
+
+    /// OffsetsForLeaderEpoch for every partition that has not truncated for its current epoch.
+    async fn truncate(
+        &self,
+        conn: &mut KafkaConnection,
+        parts: &[Arc<Partition>],
+    ) -> Result<(), super::client::ClientError> {
+        let mut topics: BTreeMap<String, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
+        for p in parts {
+            let Some(pos) = p.follower_position().filter(|pos| pos.needs_truncation) else { continue };
+            match pos.latest_local_epoch {
+                // An empty log has nothing to diverge.
+                None => {
+                    let _ = p.truncate_for_epoch(pos.leader_epoch, pos.log_end_offset);
+                }
+                Some(epoch) => topics.entry(p.topic.clone()).or_default().push(
+                    OffsetForLeaderPartition::default()
+                        .with_partition(p.index)
+                        .with_current_leader_epoch(pos.leader_epoch)
+                        .with_leader_epoch(epoch),
+                ),
+            }
+        }
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let request = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(self.broker_id)).with_topics(
+            topics
+                .into_iter()
+                .map(|(t, ps)| {
+                    OffsetForLeaderTopic::default().with_topic(TopicName(StrBytes::from_string(t))).with_partitions(ps)
+                })
+                .collect(),
+        );
+        let response = conn.send(&request, EPOCH_VERSION, Duration::from_secs(5)).await?;
+        for t in response.topics {
+            for r in t.partitions {
+                let Some(p) = self.replicas.get(t.topic.0.as_str(), r.partition) else { continue };
+                let Some(pos) = p.follower_position() else { continue };
+                if r.error_code != 0 {
+                    tracing::debug!(topic = %p.topic, partition = p.index, code = r.error_code, "epoch lookup refused");
+                    continue;
+                }
+                let end = if r.leader_epoch < 0 { -1 } else { r.end_offset.min(pos.log_end_offset) };
+                if let Err(e) = p.truncate_for_epoch(pos.leader_epoch, end) {
+                    tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "truncation failed");
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn fetch_once(
+        &self,
+        conn: &mut KafkaConnection,
+        parts: &[Arc<Partition>],
+    ) -> Result<(), super::client::ClientError> {
+        let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
+        let mut epochs: HashMap<Key, i32> = HashMap::new();
+        for p in parts {
+            let Some(pos) = p.follower_position().filter(|pos| !pos.needs_truncation) else { continue };
+            epochs.insert((p.topic.clone(), p.index), pos.leader_epoch);
+            topics.entry(p.topic.clone()).or_default().push(
+                FetchPartition::default()
+                    .with_partition(p.index)
+                    .with_current_leader_epoch(pos.leader_epoch)
+                    .with_fetch_offset(pos.log_end_offset)
+                    .with_partition_max_bytes(PARTITION_FETCH_BYTES),
+            );
+        }
+        if topics.is_empty() {
+            tokio::time::sleep(RETRY_BACKOFF).await;
+            return Ok(());
+        }
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(self.broker_id))
+            .with_max_wait_ms(self.fetch_wait_ms)
+            .with_min_bytes(1)
+            .with_max_bytes(FETCH_RESPONSE_BYTES)
+            .with_session_epoch(-1)
+            .with_topics(
+                topics
+                    .into_iter()
+                    .map(|(t, ps)| {
+                        FetchTopic::default().with_topic(TopicName(StrBytes::from_string(t))).with_partitions(ps)
+                    })
+                    .collect(),
+            );
+        let timeout = Duration::from_millis(self.fetch_wait_ms.max(0) as u64) + Duration::from_secs(5);
+        let response = conn.send(&request, FETCH_VERSION, timeout).await?;
+        let mut retry_soon = false;
+        for t in response.responses {
+            for r in t.partitions {
+                let key = (t.topic.0.to_string(), r.partition_index);
+                let (Some(p), Some(epoch)) = (self.replicas.get(&key.0, key.1), epochs.get(&key)) else { continue };
+                let outcome = match ResponseError::try_from_code(r.error_code) {
+                    None => {
+                        let records = r.records.unwrap_or_default();
+                        p.append_as_follower(*epoch, &records, r.high_watermark)
+                    }
+                    Some(ResponseError::OffsetOutOfRange) => {
+                        let pos = p.follower_position();
+                        match pos {
+                            Some(pos) if pos.log_end_offset < r.log_start_offset => {
+                                p.reset_to(*epoch, r.log_start_offset)
+                            }
+                            Some(_) => p.truncate_for_epoch(*epoch, r.high_watermark),
+                            None => Ok(()),
+                        }
+                    }
+                    Some(e) => {
+                        tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "follower fetch refused");
+                        retry_soon = true;
+                        Ok(())
+                    }
+                };
+                if let Err(e) = outcome {
+                    tracing::debug!(topic = %key.0, partition = key.1, error = %e, "follower append skipped");
+                }
+            }
+        }
+        if retry_soon {
+            tokio::time::sleep(RETRY_BACKOFF).await;
+        }
+        Ok(())
+    }
+}
