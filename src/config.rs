@@ -66,6 +66,12 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         doc: "move leadership back to preferred replicas",
     },
     SettingDef {
+        name: "leader.imbalance.check.interval.seconds",
+        default: Some("300"),
+        kind: int(1, i64::MAX),
+        doc: "how often leaders move back to preferred replicas",
+    },
+    SettingDef {
         name: "message.max.bytes",
         default: Some("1048588"),
         kind: int(0, I32_MAX),

@@ -64,6 +64,23 @@ impl BrokerLifecycle {
         self.state() == Some(BrokerState::Active) && self.quorum.leader().is_some()
     }
 
+    /// Resolves once this incarnation has been unfenced for the first time:
+    /// the controller saw it caught up with the metadata log. Until then the
+    /// broker acts on nothing in its (possibly stale) image: no leadership,
+    /// no Kafka requests (Kafka enables request processing the same way).
+    pub async fn wait_caught_up(&self, mut shutdown: watch::Receiver<bool>) -> bool {
+        let mut applied = self.quorum.subscribe();
+        loop {
+            if self.state() == Some(BrokerState::Active) {
+                return true;
+            }
+            tokio::select! {
+                changed = applied.changed() => if changed.is_err() { return false },
+                _ = shutdown.changed() => return false,
+            }
+        }
+    }
+
     async fn register(&self) -> bool {
         let request = ControllerRequest::RegisterBroker {
             broker_id: self.broker_id,

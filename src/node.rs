@@ -194,8 +194,24 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let lifecycle_task = tokio::spawn(lifecycle.clone().run(stop_rx.clone()));
     let leader_task = tokio::spawn(watch_leader(quorum.clone(), metrics, stop_rx.clone()));
     let (stop_kafka_tx, stop_kafka_rx) = watch::channel(false);
-    let replicas_task = tokio::spawn(replicas.clone().run(quorum.subscribe(), stop_admin_rx.clone()));
-    let kafka_task = tokio::spawn(crate::kafka::serve(kafka_listener, ctx.clone(), stop_kafka_rx));
+    let replicas_task = {
+        let (replicas, lifecycle, quorum, stop) =
+            (replicas.clone(), lifecycle.clone(), quorum.clone(), stop_admin_rx.clone());
+        tokio::spawn(async move {
+            if lifecycle.wait_caught_up(stop.clone()).await {
+                tracing::info!("caught up with the metadata log; serving partitions");
+                replicas.run(quorum.subscribe(), stop).await;
+            }
+        })
+    };
+    let kafka_task = {
+        let (ctx, lifecycle, stop) = (ctx.clone(), lifecycle.clone(), stop_kafka_rx.clone());
+        tokio::spawn(async move {
+            if lifecycle.wait_caught_up(stop.clone()).await {
+                crate::kafka::serve(kafka_listener, ctx, stop).await;
+            }
+        })
+    };
     let fetchers = Arc::new(FetcherManager::new(
         broker_id,
         replicas.clone(),

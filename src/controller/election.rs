@@ -135,6 +135,28 @@ pub fn alter_partition(
     })
 }
 
+/// Preferred-leader elections for every partition whose first replica is an
+/// active ISR member but not the leader (auto leader rebalance).
+pub fn preferred_elections(image: &MetadataImage) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        for (&partition, p) in &topic.partitions {
+            if let Some(&preferred) = p.replicas.first() {
+                if p.leader != Some(preferred) && p.isr.contains(&preferred) && image.is_active(preferred) {
+                    records.push(MetadataRecord::PartitionChange {
+                        topic_id: topic.topic_id,
+                        partition,
+                        leader: LeaderChange::Elect(preferred),
+                        isr: None,
+                        replicas: None,
+                    });
+                }
+            }
+        }
+    }
+    records
+}
+
 /// An election asked for by an operator.
 pub fn elect(
     image: &MetadataImage,
@@ -304,6 +326,20 @@ mod tests {
             ErrorCode::IneligibleReplica
         );
         assert!(alter_partition(&fenced, 1, "t", 0, 0, 0, &[1]).is_ok(), "shrinking is always allowed");
+    }
+
+    #[test]
+    fn preferred_elections_only_where_eligible() {
+        let img = image(
+            &[1, 2, 3],
+            &[(vec![1, 2], vec![1, 2], Some(2)), (vec![4, 2], vec![4, 2], Some(2)), (vec![3, 1], vec![1], Some(1))],
+        );
+        let records = preferred_elections(&img);
+        assert_eq!(records.len(), 1, "only partition 0: 4 is fenced, 3 is not in the ISR");
+        assert!(matches!(
+            records[0],
+            MetadataRecord::PartitionChange { partition: 0, leader: LeaderChange::Elect(1), .. }
+        ));
     }
 
     #[test]

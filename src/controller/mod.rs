@@ -42,6 +42,7 @@ pub struct Controller {
     write_lock: tokio::sync::Mutex<()>,
     liveness: Mutex<Liveness>,
     active: AtomicBool,
+    last_rebalance: Mutex<Instant>,
 }
 
 impl Controller {
@@ -54,6 +55,7 @@ impl Controller {
             write_lock: tokio::sync::Mutex::new(()),
             liveness: Mutex::new(Liveness::new(session)),
             active: AtomicBool::new(false),
+            last_rebalance: Mutex::new(Instant::now()),
         }
     }
 
@@ -297,6 +299,7 @@ impl Controller {
             }
             if self.is_active() {
                 self.fence_expired(&quorum).await;
+                self.maybe_rebalance(&quorum).await;
             }
         }
     }
@@ -334,6 +337,36 @@ impl Controller {
                 Ok(_) => tracing::info!(broker_id, partitions_changed = moved, "broker fenced: session expired"),
                 Err(e) => tracing::warn!(broker_id, error = %e, "fencing failed"),
             }
+        }
+    }
+}
+
+impl Controller {
+    /// Moves leadership back to preferred replicas that are active ISR
+    /// members, every `leader.imbalance.check.interval.seconds`, when
+    /// `auto.leader.rebalance.enable` is set.
+    async fn maybe_rebalance(&self, quorum: &Quorum) {
+        if !self.settings.bool("auto.leader.rebalance.enable") {
+            return;
+        }
+        let every = Duration::from_secs(self.settings.u64("leader.imbalance.check.interval.seconds"));
+        {
+            let mut last = self.last_rebalance.lock().unwrap_or_else(|e| e.into_inner());
+            if last.elapsed() < every {
+                return;
+            }
+            *last = Instant::now();
+        }
+        let _guard = self.write_lock.lock().await;
+        let image = quorum.image();
+        let records = election::preferred_elections(&image);
+        if records.is_empty() {
+            return;
+        }
+        let moved = records.len();
+        match self.propose(quorum, records).await {
+            Ok(_) => tracing::info!(partitions = moved, "leaders moved back to preferred replicas"),
+            Err(e) => tracing::warn!(error = %e, "preferred leader election failed"),
         }
     }
 }

@@ -184,9 +184,9 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<()
         let (done_tx, done_rx) = oneshot::channel();
         match decode_frame(frame) {
             Ok(Frame::Request(request)) => {
-                let ctx = ctx.clone();
+                let pending = registry::dispatch(ctx.clone(), request);
                 tokio::spawn(async move {
-                    let _ = done_tx.send(registry::handle(&ctx, request).await);
+                    let _ = done_tx.send(pending.await);
                 });
             }
             Ok(Frame::ApiVersionsTooNew { correlation_id }) => {

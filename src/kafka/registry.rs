@@ -1,6 +1,10 @@
 //! The supported Kafka APIs: one table that both dispatches requests and
 //! answers ApiVersions, so the advertised versions cannot drift from the code.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
 use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestKind, ResponseKind};
@@ -27,6 +31,7 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::FindCoordinator, 0, 4),
 ];
 
 pub fn supported(api: ApiKey) -> Option<VersionRange> {
@@ -51,13 +56,42 @@ pub fn api_versions_unsupported(correlation_id: i32) -> Option<Bytes> {
     encode_response(ApiKey::ApiVersions, 0, correlation_id, &body).ok()
 }
 
-/// Runs the handler for `request`; `None` when no answer is due (acks=0).
-pub async fn handle(ctx: &NodeContext, request: Request) -> Option<Bytes> {
-    let version = request.header.request_api_version;
-    let response = match request.body {
+/// A response being worked out; `None` when no answer is due (acks=0).
+pub type PendingResponse = Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
+
+/// Starts handling `request`. Produce appends happen right here, in the
+/// connection's request order; everything that waits (acks=all, long-poll
+/// fetches, controller round trips) runs in the returned future.
+pub fn dispatch(ctx: Arc<NodeContext>, request: Request) -> PendingResponse {
+    let (api, version, correlation_id) =
+        (request.api, request.header.request_api_version, request.header.correlation_id);
+    match request.body {
+        RequestKind::Produce(r) => {
+            let in_flight = handlers::produce::append(&ctx, r, version);
+            Box::pin(async move {
+                let response = ResponseKind::Produce(in_flight.finish().await?);
+                encode(api, version, correlation_id, &response)
+            })
+        }
+        body => Box::pin(async move { handle(&ctx, api, version, correlation_id, body).await }),
+    }
+}
+
+fn encode(api: ApiKey, version: i16, correlation_id: i32, response: &ResponseKind) -> Option<Bytes> {
+    match encode_response(api, version, correlation_id, response) {
+        Ok(frame) => Some(frame),
+        Err(e) => {
+            tracing::error!(?api, version, error = %e, "cannot encode a response");
+            None
+        }
+    }
+}
+
+async fn handle(ctx: &NodeContext, api: ApiKey, version: i16, correlation_id: i32, body: RequestKind) -> Option<Bytes> {
+    let response = match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(handlers::metadata::handle(ctx, r, version).await),
-        RequestKind::Produce(r) => ResponseKind::Produce(handlers::produce::handle(ctx, r, version).await?),
+        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(handlers::coordinator::find(r, version)),
         RequestKind::Fetch(r) => ResponseKind::Fetch(handlers::fetch::handle(ctx, r, version).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(handlers::list_offsets::handle(ctx, r, version)),
         RequestKind::OffsetForLeaderEpoch(r) => {
@@ -76,17 +110,11 @@ pub async fn handle(ctx: &NodeContext, request: Request) -> Option<Bytes> {
             ResponseKind::InitProducerId(handlers::cluster::init_producer_id(ctx, r).await)
         }
         other => {
-            tracing::warn!(api = ?request.api, "no handler for a request the registry accepted: {other:?}");
+            tracing::warn!(?api, "no handler for a request the registry accepted: {other:?}");
             return None;
         }
     };
-    match encode_response(request.api, version, request.header.correlation_id, &response) {
-        Ok(frame) => Some(frame),
-        Err(e) => {
-            tracing::error!(api = ?request.api, version, error = %e, "cannot encode a response");
-            None
-        }
-    }
+    encode(api, version, correlation_id, &response)
 }
 
 #[cfg(test)]

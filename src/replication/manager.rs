@@ -202,6 +202,9 @@ impl ReplicaManager {
     }
 
     /// Follows the applied image and runs the timers until `shutdown`.
+    /// Call once the broker has caught up with the metadata log (see
+    /// `BrokerLifecycle::wait_caught_up`): a stale image must not open
+    /// leaderships.
     pub async fn run(self: Arc<Self>, mut applied: watch::Receiver<AppliedImage>, mut shutdown: watch::Receiver<bool>) {
         let image = applied.borrow_and_update().image.clone();
         self.apply_image(&image);

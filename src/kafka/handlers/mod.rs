@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod configs;
+pub mod coordinator;
 pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;

@@ -10,6 +10,8 @@ use kafka_protocol::ResponseError;
 
 use super::partition_error_code;
 use crate::node::NodeContext;
+use std::sync::Arc;
+
 use crate::replication::Partition;
 
 /// Longest acks=all wait, whatever the client asks.
@@ -19,15 +21,27 @@ fn error_response(index: i32, code: i16) -> PartitionProduceResponse {
     PartitionProduceResponse::default().with_index(index).with_error_code(code).with_base_offset(-1)
 }
 
-pub async fn handle(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Option<ProduceResponse> {
+/// A produce request after its appends, waiting to be answered.
+pub struct ProduceInFlight {
+    acks: i16,
+    started: Instant,
+    wait: Duration,
+    /// (topic index, partition index, partition, last offset) for acks=all.
+    pending: Vec<(usize, usize, Arc<Partition>, i64)>,
+    responses: Vec<TopicProduceResponse>,
+}
+
+/// Validates and appends every partition's batches. Called in request order
+/// on the connection's reader, so pipelined produce requests are appended in
+/// the order they were sent; only the acks=all wait runs concurrently.
+pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> ProduceInFlight {
     let acks = request.acks;
     let acks_all = acks == -1;
     let started = Instant::now();
     let wait = Duration::from_millis(request.timeout_ms.max(0) as u64).min(ACKS_ALL_WAIT_MAX);
     let transactional = request.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty());
     let image = ctx.quorum.image();
-    // Append everything first, then wait: the waits overlap in time.
-    let mut pending: Vec<(usize, usize, std::sync::Arc<Partition>, i64)> = Vec::new();
+    let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for (t, topic) in request.topic_data.into_iter().enumerate() {
         let name = topic.name.0.to_string();
@@ -71,15 +85,22 @@ pub async fn handle(ctx: &NodeContext, request: ProduceRequest, version: i16) ->
         }
         responses.push(TopicProduceResponse::default().with_name(topic.name).with_partition_responses(partitions));
     }
-    if acks == 0 {
-        return None;
-    }
-    for (t, p, partition, last_offset) in pending {
-        let left = wait.saturating_sub(started.elapsed());
-        if !partition.wait_for_high_watermark(last_offset, left).await {
-            let r = &mut responses[t].partition_responses[p];
-            r.error_code = ResponseError::RequestTimedOut.code();
+    ProduceInFlight { acks, started, wait, pending, responses }
+}
+
+impl ProduceInFlight {
+    /// Waits (acks=all) until the high watermark passes each batch, or the
+    /// request's timeout; `None` for acks=0.
+    pub async fn finish(mut self) -> Option<ProduceResponse> {
+        if self.acks == 0 {
+            return None;
         }
+        for (t, p, partition, last_offset) in std::mem::take(&mut self.pending) {
+            let left = self.wait.saturating_sub(self.started.elapsed());
+            if !partition.wait_for_high_watermark(last_offset, left).await {
+                self.responses[t].partition_responses[p].error_code = ResponseError::RequestTimedOut.code();
+            }
+        }
+        Some(ProduceResponse::default().with_responses(self.responses))
     }
-    Some(ProduceResponse::default().with_responses(responses))
 }

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Set-up for the Kafka client tests (tests/kafka) and bench/kafka_bench.py.
+# Idempotent: safe to run again; does nothing that is already done.
+#
+#  - a virtualenv at target/pyenv with pinned pytest, confluent-kafka,
+#    kafka-python and the codec packages kafka-python uses for
+#    snappy (python-snappy, which is built on cramjam), lz4 (lz4) and
+#    zstd (zstandard); gzip is in the standard library. crc32c makes
+#    kafka-python's CRC-32C of record batches native instead of pure Python.
+#  - kcat (Debian package `kcat`, older releases call it `kafkacat`) through
+#    apt-get when it is missing and we are root. If it cannot be had, the
+#    tests that need it are skipped and say why (see tests/kafka/conftest.py).
+#
+# Only PyPI and Debian's package registries are used.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=target/pyenv
+PY=${PYTHON:-python3}
+
+# One pin per line, dependencies included: the stamp below is a hash of this
+# list, so changing a pin reinstalls.
+REQUIREMENTS="pytest==9.2.0
+pytest-timeout==2.4.0
+confluent-kafka==2.16.1
+kafka-python==3.0.12
+python-snappy==0.7.3
+cramjam==2.14.0
+lz4==4.4.5
+zstandard==0.25.0
+crc32c==2.9.post0
+iniconfig==2.3.1
+packaging==26.4
+pluggy==1.7.0
+Pygments==2.21.0"
+
+stamp_value=$(printf '%s\n' "$REQUIREMENTS" | sha256sum | cut -d' ' -f1)
+stamp_file=$VENV/.strom-requirements.sha256
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "== python: creating virtualenv $VENV"
+  mkdir -p target
+  "$PY" -m venv "$VENV"
+fi
+
+if [ "$(cat "$stamp_file" 2>/dev/null || true)" != "$stamp_value" ]; then
+  echo "== python: installing pinned packages into $VENV"
+  req=$(mktemp)
+  trap 'rm -f "$req"' EXIT
+  printf '%s\n' "$REQUIREMENTS" >"$req"
+  "$VENV/bin/python" -m pip install --disable-pip-version-check -q -r "$req"
+  echo "$stamp_value" >"$stamp_file"
+else
+  echo "== python: $VENV is up to date"
+fi
+
+# Every pinned module imports, and kafka-python sees every codec.
+"$VENV/bin/python" - <<'EOF'
+import confluent_kafka, kafka, pytest
+from kafka import codec
+missing = [name for name, ok in [("snappy", codec.has_snappy()), ("lz4", codec.has_lz4()),
+                                 ("zstd", codec.has_zstd()), ("gzip", codec.has_gzip())] if not ok]
+if missing:
+    raise SystemExit(f"kafka-python is missing codecs: {missing}")
+print(f"== python: pytest {pytest.__version__}, confluent-kafka {confluent_kafka.__version__} "
+      f"(librdkafka {confluent_kafka.libversion()[0]}), kafka-python {kafka.__version__}; "
+      "codecs gzip snappy lz4 zstd ok")
+EOF
+
+# kcat
+if command -v kcat >/dev/null 2>&1 || command -v kafkacat >/dev/null 2>&1; then
+  echo "== kcat: $(command -v kcat || command -v kafkacat)"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== kcat: installing with apt-get"
+  export DEBIAN_FRONTEND=noninteractive
+  if apt-get update -qq >/dev/null 2>&1 &&
+     { apt-get install -y -qq kcat >/dev/null 2>&1 || apt-get install -y -qq kafkacat >/dev/null 2>&1; }; then
+    echo "== kcat: $(command -v kcat || command -v kafkacat)"
+  else
+    echo "== kcat: could not be installed; the kcat tests will be skipped" >&2
+  fi
+else
+  echo "== kcat: not installed and not root (no apt-get); the kcat tests will be skipped" >&2
+fi
