@@ -111,7 +111,7 @@ pub struct Request {
 
 /// What the reader found in a frame.
 enum Frame {
-    Request(Request),
+    Request(Box<Request>),
     /// An ApiVersions request of a version we do not know: answer v0 with
     /// UNSUPPORTED_VERSION and our ranges (KIP-511).
     ApiVersionsTooNew {
@@ -144,7 +144,7 @@ fn decode_frame(mut frame: Bytes) -> Result<Frame, ConnectionError> {
     let header =
         RequestHeader::decode(&mut whole, api.request_header_version(version)).map_err(|e| malformed(e.to_string()))?;
     let body = RequestKind::decode(api, &mut whole, version).map_err(|e| malformed(e.to_string()))?;
-    Ok(Frame::Request(Request { header, api, body }))
+    Ok(Frame::Request(Box::new(Request { header, api, body })))
 }
 
 /// Encodes a response frame (length, header, body).
@@ -184,7 +184,7 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<()
         let (done_tx, done_rx) = oneshot::channel();
         match decode_frame(frame) {
             Ok(Frame::Request(request)) => {
-                let pending = registry::dispatch(ctx.clone(), request);
+                let pending = registry::dispatch(ctx.clone(), *request);
                 tokio::spawn(async move {
                     let _ = done_tx.send(pending.await);
                 });

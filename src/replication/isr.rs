@@ -38,17 +38,24 @@ impl FollowerProgress {
     }
 }
 
+/// The leader's view of one partition.
+#[derive(Debug, Clone, Copy)]
+pub struct LeaderView<'a> {
+    pub leader: i32,
+    pub isr: &'a [i32],
+    pub replicas: &'a [i32],
+    pub high_watermark: i64,
+}
+
 /// The ISR the leader should ask for, or `None` when it is right as it is.
 pub fn desired_isr(
-    leader: i32,
-    isr: &[i32],
-    replicas: &[i32],
+    view: LeaderView<'_>,
     progress: &HashMap<i32, FollowerProgress>,
-    high_watermark: i64,
     now_ms: i64,
     lag_max_ms: i64,
     is_active: impl Fn(i32) -> bool,
 ) -> Option<Vec<i32>> {
+    let LeaderView { leader, isr, replicas, high_watermark } = view;
     let lagging = |b: i32| progress.get(&b).is_none_or(|p| now_ms - p.last_caught_up_ms > lag_max_ms);
     let mut next: Vec<i32> = isr.iter().copied().filter(|&b| b == leader || !lagging(b)).collect();
     for &r in replicas {
@@ -90,18 +97,63 @@ mod tests {
     fn a_lagging_follower_leaves_and_a_caught_up_one_joins() {
         let all = |_: i32| true;
         let p = progress(&[(2, 100, 1_000), (3, 50, 9_500)]);
-        assert_eq!(desired_isr(1, &[1, 2, 3], &[1, 2, 3], &p, 100, 10_000, 5_000, all), Some(vec![1, 3]));
+        assert_eq!(
+            desired_isr(
+                LeaderView { leader: 1, isr: &[1, 2, 3], replicas: &[1, 2, 3], high_watermark: 100 },
+                &p,
+                10_000,
+                5_000,
+                all
+            ),
+            Some(vec![1, 3])
+        );
         let p = progress(&[(2, 100, 9_900), (3, 100, 9_900)]);
-        assert_eq!(desired_isr(1, &[1, 3], &[1, 2, 3], &p, 100, 10_000, 5_000, all), Some(vec![1, 3, 2]));
-        assert_eq!(desired_isr(1, &[1, 2, 3], &[1, 2, 3], &p, 100, 10_000, 5_000, all), None);
+        assert_eq!(
+            desired_isr(
+                LeaderView { leader: 1, isr: &[1, 3], replicas: &[1, 2, 3], high_watermark: 100 },
+                &p,
+                10_000,
+                5_000,
+                all
+            ),
+            Some(vec![1, 3, 2])
+        );
+        assert_eq!(
+            desired_isr(
+                LeaderView { leader: 1, isr: &[1, 2, 3], replicas: &[1, 2, 3], high_watermark: 100 },
+                &p,
+                10_000,
+                5_000,
+                all
+            ),
+            None
+        );
     }
 
     #[test]
     fn behind_the_high_watermark_or_fenced_stays_out() {
         let p = progress(&[(2, 90, 9_900)]);
-        assert_eq!(desired_isr(1, &[1], &[1, 2], &p, 100, 10_000, 5_000, |_| true), None);
+        assert_eq!(
+            desired_isr(
+                LeaderView { leader: 1, isr: &[1], replicas: &[1, 2], high_watermark: 100 },
+                &p,
+                10_000,
+                5_000,
+                |_| true
+            ),
+            None
+        );
         let p = progress(&[(2, 100, 9_900)]);
-        assert_eq!(desired_isr(1, &[1], &[1, 2], &p, 100, 10_000, 5_000, |b| b != 2), None);
+        assert_eq!(
+            desired_isr(
+                LeaderView { leader: 1, isr: &[1], replicas: &[1, 2], high_watermark: 100 },
+                &p,
+                10_000,
+                5_000,
+                |b| b != 2
+            ),
+            None
+        );
     }
 
     #[test]

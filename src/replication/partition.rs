@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::isr::{desired_isr, FollowerProgress};
+use super::isr::{desired_isr, FollowerProgress, LeaderView};
 use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
 use crate::log::batch::{split_record_set, BatchHeader};
 use crate::log::{LogConfig, LogError, PartitionLog};
@@ -320,16 +320,13 @@ impl Partition {
         if !st.is_leader {
             return None;
         }
-        let isr = desired_isr(
-            self.broker_id,
-            &st.isr,
-            &st.replicas,
-            &st.followers,
-            st.high_watermark,
-            now_ms(),
-            lag_max_ms,
-            is_active,
-        )?;
+        let view = LeaderView {
+            leader: self.broker_id,
+            isr: &st.isr,
+            replicas: &st.replicas,
+            high_watermark: st.high_watermark,
+        };
+        let isr = desired_isr(view, &st.followers, now_ms(), lag_max_ms, is_active)?;
         Some((st.leader_epoch, st.partition_epoch, isr))
     }
 
