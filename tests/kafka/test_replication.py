@@ -1,0 +1,194 @@
+"""ISR replication and failover on real 3-node clusters: nothing acknowledged is lost
+when a leader dies, a stopped follower leaves and rejoins the ISR, acks=all is refused
+without enough replicas, and a follower truncates a suffix the new leader never had."""
+import time
+
+import confluent_kafka as ck
+import pytest
+
+from harness import FAST, wait_for
+
+
+def producer(cluster, **conf):
+    base = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+            "message.timeout.ms": 60000, "socket.timeout.ms": 10000, "log_level": 0}
+    base.update(conf)
+    return ck.Producer(base)
+
+
+def read_all(cluster, topic, partitions, expect, timeout=60):
+    """{partition: [(offset, key)]} read from offset 0 until `expect` records in total."""
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "replication-tests",
+                     "enable.auto.commit": False, "fetch.wait.max.ms": 100, "log_level": 0})
+    c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
+    got = {p: [] for p in range(partitions)}
+    deadline = time.monotonic() + timeout
+    try:
+        while sum(map(len, got.values())) < expect and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if not m.error():
+                    got[m.partition()].append((m.offset(), m.key()))
+    finally:
+        c.close()
+    return got
+
+
+def isr(cluster, topic, partition, via):
+    t = cluster.topic(topic, via=via)
+    return t["partitions"][partition]["isr"] if t else None
+
+
+def test_leader_killed_under_acks_all_loses_nothing(make_cluster):
+    cluster = make_cluster(3, FAST)
+    cluster.create_topic("failover", partitions=3, rf=3, configs={"min.insync.replicas": "2"})
+    cluster.wait_topic("failover", 3)
+    p = producer(cluster)
+    acked, failed = {}, []
+
+    def done(err, msg):
+        if err:
+            failed.append(err)
+        else:
+            acked[msg.key()] = (msg.partition(), msg.offset())
+
+    total, killed = 50_000, None
+    for i in range(total):
+        while True:
+            try:
+                p.produce("failover", key=b"k%06d" % i, value=b"v%d" % i, on_delivery=done)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i == total // 3:
+            p.flush(60)
+            killed = cluster.leaders("failover")[0]
+            cluster.kill(killed)
+        if i % 500 == 0:
+            p.poll(0)
+    assert p.flush(120) == 0
+    assert not failed, f"{len(failed)} deliveries failed, first {failed[:3]}"
+    assert len(acked) == total
+
+    survivor = next(n for n in cluster.running())
+    new_leader = cluster.leaders("failover", via=survivor)[0]
+    assert new_leader not in (None, killed)
+    got = read_all(cluster, "failover", 3, total)
+    seen = {}
+    for part, records in got.items():
+        offsets = [o for o, _ in records]
+        assert offsets == sorted(offsets), f"partition {part} out of order"
+        for offset, key in records:
+            assert key not in seen, f"{key} read twice"
+            seen[key] = (part, offset)
+    assert seen == acked, f"{sum(k not in seen for k in acked)} acknowledged records missing"
+
+    # The killed broker comes back and every ISR grows back to three.
+    cluster.launch(killed)
+    wait_for("the restarted broker back in every ISR", 30,
+             lambda: all(killed in isr(cluster, "failover", part, survivor) for part in range(3)))
+
+
+def test_stopped_follower_leaves_the_isr_and_rejoins(make_cluster):
+    import signal
+
+    # A long session keeps the stopped broker registered: only the leader's
+    # lag check (replica.lag.time.max.ms) takes it out of the ISR.
+    cluster = make_cluster(3, ("broker.heartbeat.interval.ms=200", "broker.session.timeout.ms=60000",
+                               "replica.lag.time.max.ms=1000"))
+    cluster.create_topic("lag", partitions=1, rf=3, configs={"min.insync.replicas": "2"})
+    cluster.wait_topic("lag", 1)
+    leader = cluster.leaders("lag")[0]
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    watcher = leader
+    p = producer(cluster)
+    for i in range(100):
+        p.produce("lag", value=b"before-%d" % i)
+    assert p.flush(30) == 0
+
+    cluster.signal(follower, signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    wait_for("the stopped follower out of the ISR", 15, lambda: follower not in isr(cluster, "lag", 0, watcher))
+    assert time.monotonic() - stopped_at < 10
+    errors = []
+    for i in range(100):
+        p.produce("lag", value=b"during-%d" % i, on_delivery=lambda e, m: errors.append(e) if e else None)
+    assert p.flush(30) == 0 and not errors, "writes continue with two in-sync replicas"
+
+    cluster.signal(follower, signal.SIGCONT)
+    wait_for("the follower back in the ISR", 20, lambda: follower in isr(cluster, "lag", 0, watcher))
+    got = read_all(cluster, "lag", 1, 200)
+    assert len(got[0]) == 200
+
+
+def test_two_of_three_down_refuses_acks_all(make_cluster):
+    cluster = make_cluster(3, FAST)
+    cluster.create_topic("strict", partitions=1, rf=3, configs={"min.insync.replicas": "2"})
+    cluster.wait_topic("strict", 1)
+    leader = cluster.leaders("strict")[0]
+    for other in (n for n in (1, 2, 3) if n != leader):
+        cluster.kill(other)
+    p = producer(cluster, **{"message.timeout.ms": 6000, "bootstrap.servers": cluster.node(leader).kafka})
+    acked, failed = [], []
+    for i in range(20):
+        p.produce("strict", value=b"x%d" % i,
+                  on_delivery=lambda e, m: failed.append(e) if e else acked.append(m.offset()))
+    p.flush(30)
+    assert acked == [], f"acknowledged without enough replicas: {acked}"
+    assert len(failed) == 20
+
+
+def test_follower_truncates_a_suffix_the_new_leader_never_had(make_cluster):
+    import signal
+
+    cluster = make_cluster(3, FAST)
+    cluster.create_topic("diverge", partitions=1, rf=2, configs={"min.insync.replicas": "1"})
+    t = cluster.wait_topic("diverge", 1)
+    a, b = t["partitions"][0]["replicas"]
+    watcher = next(n for n in (1, 2, 3) if n not in (a, b))
+    plain = {"enable.idempotence": False, "acks": "1", "bootstrap.servers": cluster.bootstrap}
+    p = producer(cluster, **plain)
+    for i in range(10):
+        p.produce("diverge", value=b"committed-%d" % i)
+    assert p.flush(30) == 0
+    # The high watermark is the minimum over the ISR: at 10, B has every record.
+    wait_for("both replicas holding the committed records", 10,
+             lambda: cluster.topic("diverge", via=watcher)["partitions"][0]["high_watermark"] == 10)
+
+    # B stops; A goes on alone and appends records B never sees.
+    cluster.signal(b, signal.SIGSTOP)
+    wait_for("B out of the ISR", 15, lambda: isr(cluster, "diverge", 0, watcher) == [a])
+    for i in range(5):
+        p.produce("diverge", value=b"only-on-a-%d" % i)
+    assert p.flush(30) == 0
+    # A dies; B returns; the operator elects B although it missed A's last records.
+    cluster.kill(a)
+    cluster.signal(b, signal.SIGCONT)
+    wait_for("B active again", 20, lambda: any(
+        x["id"] == b and x["state"] == "active" for x in cluster.get(watcher, "/v1/brokers")[1]))
+    wait_for("the partition offline (A fenced, B not in the ISR)", 15,
+             lambda: cluster.topic("diverge", via=watcher)["partitions"][0]["leader"] is None)
+    status, body = cluster.send(watcher, "POST", "/v1/partitions/diverge/0/elect-leader", {"type": "unclean"})
+    assert status == 200 and body["leader"] == b, (status, body)
+    p2 = producer(cluster, **dict(plain, **{"bootstrap.servers": cluster.node(b).kafka}))
+    for i in range(3):
+        p2.produce("diverge", value=b"new-leader-%d" % i)
+    assert p2.flush(30) == 0
+
+    # A restarts as a follower, truncates its divergent suffix and catches up.
+    cluster.launch(a)
+    wait_for("A back in the ISR", 30, lambda: a in isr(cluster, "diverge", 0, watcher))
+    wait_for("A's log to say it truncated", 10,
+             lambda: "truncated a divergent suffix" in open(cluster.node(a).log).read())
+    # B goes; A, now in sync, is elected cleanly; what it serves is B's history.
+    cluster.kill(b)
+    wait_for("A leading again", 15, lambda: cluster.topic("diverge", via=watcher)["partitions"][0]["leader"] == a)
+    c = ck.Consumer({"bootstrap.servers": cluster.node(a).kafka, "group.id": "t", "log_level": 0})
+    c.assign([ck.TopicPartition("diverge", 0, 0)])
+    values, deadline = [], time.monotonic() + 30
+    while len(values) < 13 and time.monotonic() < deadline:
+        for m in c.consume(100, timeout=0.5):
+            if not m.error():
+                values.append(m.value())
+    c.close()
+    assert values == [b"committed-%d" % i for i in range(10)] + [b"new-leader-%d" % i for i in range(3)]
+    assert not any(v.startswith(b"only-on-a") for v in values)
