@@ -22,9 +22,12 @@ impl Liveness {
         Self { session_timeout, last_seen: HashMap::new(), registered_at: HashMap::new() }
     }
 
-    /// A new controller: every broker starts a fresh session now.
-    pub fn reset(&mut self, image: &MetadataImage, now: Instant) {
-        self.last_seen = image.brokers.keys().map(|&b| (b, now)).collect();
+    /// A new controller: every broker gets `grace` from now to heartbeat
+    /// (its session may already be partly used up by the failover; live
+    /// brokers heartbeat to the new controller within an interval or two).
+    pub fn reset(&mut self, image: &MetadataImage, now: Instant, grace: Duration) {
+        let seen = now.checked_sub(self.session_timeout.saturating_sub(grace)).unwrap_or(now);
+        self.last_seen = image.brokers.keys().map(|&b| (b, seen)).collect();
         self.registered_at.clear();
     }
 
@@ -87,7 +90,7 @@ mod tests {
         let img = image();
         let t0 = Instant::now();
         let mut l = Liveness::new(Duration::from_millis(100));
-        l.reset(&img, t0);
+        l.reset(&img, t0, Duration::from_millis(100));
         assert!(l.expired(&img, t0 + Duration::from_millis(50)).is_empty());
         l.heartbeat(2, t0 + Duration::from_millis(90));
         assert_eq!(l.expired(&img, t0 + Duration::from_millis(150)), vec![1], "3 is already fenced");

@@ -318,7 +318,10 @@ impl Controller {
             tracing::warn!(error = %e, "could not take over as controller yet");
             return;
         }
-        self.liveness().reset(&quorum.image(), Instant::now());
+        // Live brokers find the new controller within a heartbeat or two.
+        let heartbeat = Duration::from_millis(self.settings.u64("broker.heartbeat.interval.ms"));
+        let grace = (heartbeat * 3).max(Duration::from_secs(1));
+        self.liveness().reset(&quorum.image(), Instant::now(), grace);
         self.active.store(true, Ordering::Release);
         tracing::info!(broker_id = self.broker_id, term = quorum.metrics().current_term, "elected controller");
     }

@@ -44,6 +44,18 @@ pub struct AppendResult {
     pub base_offset: i64,
     pub last_offset: i64,
     pub log_start_offset: i64,
+    /// The leader epoch the batch was appended in.
+    pub leader_epoch: i32,
+}
+
+/// Why an acks=all wait ended without the batch being committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitWait {
+    Committed,
+    TimedOut,
+    /// Leadership moved (or the epoch changed) before the high watermark passed the batch:
+    /// the batch may be truncated away, so it must not be acknowledged.
+    NotLeader,
 }
 
 /// What a fetch read.
@@ -392,6 +404,7 @@ impl Partition {
                             base_offset: b.base_offset,
                             last_offset: b.last_offset,
                             log_start_offset: st.log.log_start_offset(),
+                            leader_epoch: st.leader_epoch,
                         })
                     }
                     SeqCheck::OutOfOrder { expected, got } => {
@@ -413,6 +426,7 @@ impl Partition {
             base_offset: info.base_offset,
             last_offset: info.last_offset,
             log_start_offset: st.log.log_start_offset(),
+            leader_epoch: epoch,
         })
     }
 
@@ -488,9 +502,32 @@ impl Partition {
     }
 
     /// Waits until the high watermark passes `offset`, up to `timeout`.
-    pub async fn wait_for_high_watermark(&self, offset: i64, timeout: Duration) -> bool {
+    /// Waits until the high watermark passes `offset` while this broker still
+    /// leads at `leader_epoch` (Kafka fails delayed produces on a leadership
+    /// change the same way), up to `timeout`.
+    pub async fn wait_for_commit(&self, offset: i64, leader_epoch: i32, timeout: Duration) -> CommitWait {
         let mut rx = self.high_watermark_tx.subscribe();
-        tokio::time::timeout(timeout, rx.wait_for(|hw| *hw > offset)).await.is_ok_and(|r| r.is_ok())
+        let mut outcome = CommitWait::TimedOut;
+        let waited = tokio::time::timeout(
+            timeout,
+            rx.wait_for(|_| {
+                let st = self.state();
+                outcome = if !st.is_leader || st.leader_epoch != leader_epoch {
+                    CommitWait::NotLeader
+                } else if st.high_watermark > offset {
+                    CommitWait::Committed
+                } else {
+                    CommitWait::TimedOut
+                };
+                outcome != CommitWait::TimedOut
+            }),
+        )
+        .await;
+        match waited {
+            Ok(Ok(_)) => outcome,
+            Ok(Err(_)) => CommitWait::NotLeader,
+            Err(_) => CommitWait::TimedOut,
+        }
     }
 
     /// A receiver that changes whenever the high watermark moves.

@@ -12,6 +12,7 @@ use super::partition_error_code;
 use crate::node::NodeContext;
 use std::sync::Arc;
 
+use crate::replication::partition::CommitWait;
 use crate::replication::Partition;
 
 /// Longest acks=all wait, whatever the client asks.
@@ -26,8 +27,8 @@ pub struct ProduceInFlight {
     acks: i16,
     started: Instant,
     wait: Duration,
-    /// (topic index, partition index, partition, last offset) for acks=all.
-    pending: Vec<(usize, usize, Arc<Partition>, i64)>,
+    /// (topic index, partition index, partition, last offset, leader epoch) for acks=all.
+    pending: Vec<(usize, usize, Arc<Partition>, i64, i32)>,
     responses: Vec<TopicProduceResponse>,
 }
 
@@ -67,7 +68,7 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
             match partition.append_as_leader(&mut buf, acks_all) {
                 Ok(r) => {
                     if acks_all {
-                        pending.push((t, p, partition.clone(), r.last_offset));
+                        pending.push((t, p, partition.clone(), r.last_offset, r.leader_epoch));
                     }
                     partitions.push(
                         PartitionProduceResponse::default()
@@ -95,11 +96,14 @@ impl ProduceInFlight {
         if self.acks == 0 {
             return None;
         }
-        for (t, p, partition, last_offset) in std::mem::take(&mut self.pending) {
+        for (t, p, partition, last_offset, leader_epoch) in std::mem::take(&mut self.pending) {
             let left = self.wait.saturating_sub(self.started.elapsed());
-            if !partition.wait_for_high_watermark(last_offset, left).await {
-                self.responses[t].partition_responses[p].error_code = ResponseError::RequestTimedOut.code();
-            }
+            let code = match partition.wait_for_commit(last_offset, leader_epoch, left).await {
+                CommitWait::Committed => continue,
+                CommitWait::TimedOut => ResponseError::RequestTimedOut,
+                CommitWait::NotLeader => ResponseError::NotLeaderOrFollower,
+            };
+            self.responses[t].partition_responses[p].error_code = code.code();
         }
         Some(ProduceResponse::default().with_responses(self.responses))
     }

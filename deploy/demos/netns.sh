@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Linux network namespaces as the demos' and tests' own test hosts: one
+# namespace per node on a private bridge, so a node can be cut off from the
+# others (and healed) by taking its link down. Needs root and iproute2.
+# Only addresses inside these namespaces are ever used.
+#
+#   netns.sh up TAG N      creates N hosts 10.77.<x>.1..N (+ the bridge at .254)
+#   netns.sh cut TAG I     isolates host I       netns.sh heal TAG I
+#   netns.sh down TAG N    removes everything TAG created
+set -euo pipefail
+cmd=$1 tag=$2 arg=$3
+subnet=10.77.$(( $(printf '%d' "0x$(printf '%s' "$tag" | md5sum | cut -c1-2)") % 250 + 1 ))
+br=stbr-$tag
+
+case "$cmd" in
+  up)
+    ip link add "$br" type bridge
+    ip addr add "$subnet.254/24" dev "$br"
+    ip link set "$br" up
+    for i in $(seq 1 "$arg"); do
+      ns=strom-$tag-$i
+      ip netns add "$ns"
+      ip link add "sv$tag$i" type veth peer name eth0 netns "$ns"
+      ip link set "sv$tag$i" master "$br" up
+      ip -n "$ns" addr add "$subnet.$i/24" dev eth0
+      ip -n "$ns" link set eth0 up
+      ip -n "$ns" link set lo up
+    done
+    echo "$subnet"
+    ;;
+  cut) ip link set "sv$tag$arg" down ;;
+  heal) ip link set "sv$tag$arg" up ;;
+  down)
+    for i in $(seq 1 "$arg"); do
+      ip netns pids "strom-$tag-$i" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+      ip link del "sv$tag$i" 2>/dev/null || true
+      ip netns del "strom-$tag-$i" 2>/dev/null || true
+    done
+    ip link del "$br" 2>/dev/null || true
+    ;;
+  *) echo "usage: netns.sh up|cut|heal|down TAG N|I" >&2; exit 2 ;;
+esac
