@@ -506,27 +506,26 @@ impl Partition {
     /// leads at `leader_epoch` (Kafka fails delayed produces on a leadership
     /// change the same way), up to `timeout`.
     pub async fn wait_for_commit(&self, offset: i64, leader_epoch: i32, timeout: Duration) -> CommitWait {
+        // Subscribe first, so a change between the check and the wait still
+        // wakes us. The state lock is never taken while the watch is borrowed:
+        // appends hold the state lock while they publish on the watch.
         let mut rx = self.high_watermark_tx.subscribe();
-        let mut outcome = CommitWait::TimedOut;
-        let waited = tokio::time::timeout(
-            timeout,
-            rx.wait_for(|_| {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            {
                 let st = self.state();
-                outcome = if !st.is_leader || st.leader_epoch != leader_epoch {
-                    CommitWait::NotLeader
-                } else if st.high_watermark > offset {
-                    CommitWait::Committed
-                } else {
-                    CommitWait::TimedOut
-                };
-                outcome != CommitWait::TimedOut
-            }),
-        )
-        .await;
-        match waited {
-            Ok(Ok(_)) => outcome,
-            Ok(Err(_)) => CommitWait::NotLeader,
-            Err(_) => CommitWait::TimedOut,
+                if !st.is_leader || st.leader_epoch != leader_epoch {
+                    return CommitWait::NotLeader;
+                }
+                if st.high_watermark > offset {
+                    return CommitWait::Committed;
+                }
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return CommitWait::NotLeader,
+                Err(_) => return CommitWait::TimedOut,
+            }
         }
     }
 
