@@ -319,18 +319,22 @@ impl LogSegment {
         if first.info.base_offset >= max_offset || (first.info.size_bytes > max_bytes && !min_one_batch) {
             return Ok(Some(Vec::new()));
         }
+        // One read of everything that may be returned, then the batch
+        // boundaries are walked in memory (not one header read per batch).
+        let available = self.size_bytes - first.position;
+        let want = available.min(max_bytes.max(first.info.size_bytes));
+        let mut bytes = vec![0u8; want as usize];
+        self.log_file.read_exact_at(&mut bytes, first.position)?;
         let mut total = first.info.size_bytes;
-        let mut position = first.position + total;
-        while position < self.size_bytes {
-            let info = read_batch_info(&self.log_file, position, self.size_bytes)?;
-            if info.base_offset >= max_offset || total + info.size_bytes > max_bytes {
+        while total + HEADER_BYTES as u64 <= want {
+            let header = BatchHeader::parse(&bytes[total as usize..])?;
+            let info = BatchInfo::from_header(&header);
+            if info.base_offset >= max_offset || total + info.size_bytes > want {
                 break;
             }
             total += info.size_bytes;
-            position += info.size_bytes;
         }
-        let mut bytes = vec![0u8; total as usize];
-        self.log_file.read_exact_at(&mut bytes, first.position)?;
+        bytes.truncate(total as usize);
         Ok(Some(bytes))
     }
 
