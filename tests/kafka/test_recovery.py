@@ -1,0 +1,73 @@
+"""Bad batches and bad versions get Kafka's error codes; after SIGKILL a segment with
+garbage appended, or with its tail cut mid-batch, is recovered to the last good batch
+and the partition goes on."""
+import glob
+import os
+import socket
+
+import wire
+
+CORRUPT_MESSAGE = 2
+UNSUPPORTED_VERSION = 35
+
+
+def test_bad_crc_is_corrupt_message(cluster):
+    cluster.create_topic("crc", partitions=1)
+    cluster.wait_topic("crc", 1)
+    addr = cluster.node(1).kafka_addr
+    batch = bytearray(wire.record_batch([(b"k", b"value")]))
+    batch[-3] ^= 0xFF  # inside the CRC-covered part
+    assert wire.produce(addr, "crc", 0, bytes(batch))[0] == CORRUPT_MESSAGE
+    assert wire.produce(addr, "crc", 0, b"\x00" * 30)[0] == CORRUPT_MESSAGE
+    assert wire.produce(addr, "crc", 0, wire.record_batch([(b"k", b"ok")])) == (0, 0), "the partition still works"
+
+
+def test_api_versions_newer_than_supported_is_answered_in_v0(cluster):
+    with socket.create_connection(cluster.node(1).kafka_addr, timeout=10) as s:
+        s.sendall(wire.request(wire.API_API_VERSIONS, 99, 5, b""))
+        r = wire.recv_response(s, 5)
+        assert r.i16() == UNSUPPORTED_VERSION
+        keys = {r.i16(): (r.i16(), r.i16()) for _ in range(r.i32())}
+        assert keys[wire.API_PRODUCE][0] == 3 and keys[wire.API_API_VERSIONS] == (0, 3)
+
+
+def segment(cluster, topic):
+    files = sorted(glob.glob(os.path.join(cluster.node(1).data_dir, "logs", f"{topic}-0", "*.log")))
+    assert files, "no segment file"
+    return files[-1]
+
+
+def read_values(addr, topic):
+    err, hw, records = wire.fetch(addr, topic, 0, 0)
+    assert err == 0, f"fetch error {err}"
+    return hw, wire.batch_headers(records)
+
+
+def test_segment_damage_is_recovered_to_the_last_good_batch(make_cluster):
+    c = make_cluster(1, settings=("log.flush.interval.messages=1",))
+    c.create_topic("torn", partitions=1)
+    c.wait_topic("torn", 1)
+    addr = c.node(1).kafka_addr
+    for i in range(5):
+        assert wire.produce(addr, "torn", 0, wire.record_batch([(b"k%d" % i, b"v" * 100)]))[0] == 0
+    c.kill(1)
+
+    # Garbage after the last batch: cut on restart, nothing lost.
+    with open(segment(c, "torn"), "ab") as f:
+        f.write(os.urandom(1000))
+    c.launch(1)
+    c.wait_ready()
+    hw, batches = read_values(addr, "torn")
+    assert (hw, [b[0] for b in batches]) == (5, [0, 1, 2, 3, 4])
+    assert wire.produce(addr, "torn", 0, wire.record_batch([(b"after", b"garbage")])) == (0, 5)
+    c.kill(1)
+
+    # The last batch torn mid-way: recovered to the batch before it.
+    path = segment(c, "torn")
+    os.truncate(path, os.path.getsize(path) - 10)
+    c.launch(1)
+    c.wait_ready()
+    hw, batches = read_values(addr, "torn")
+    assert (hw, [b[0] for b in batches]) == (5, [0, 1, 2, 3, 4])
+    assert wire.produce(addr, "torn", 0, wire.record_batch([(b"again", b"ok")])) == (0, 5)
+    assert "truncat" in open(c.node(1).log).read().lower() or "cut" in open(c.node(1).log).read().lower()
