@@ -32,7 +32,7 @@ fn small_config() -> LogConfig {
 }
 
 fn open(dir: &Path, config: LogConfig, recovery_point: i64) -> PartitionLog {
-    PartitionLog::open(dir, TOPIC, PARTITION, config, recovery_point, 0).unwrap()
+    PartitionLog::open(dir, TOPIC, PARTITION, config, recovery_point, 0).expect("partition log test step")
 }
 
 fn payload(seed: usize, len: usize) -> Vec<u8> {
@@ -45,7 +45,7 @@ fn append_batches(log: &mut PartitionLog, count: usize, leader_epoch: i32) -> Ve
     (0..count)
         .map(|i| {
             let mut batch = build_batch(3, 1_000 * (i as i64 + 1), &payload(i, 40));
-            log.append_as_leader(&mut batch, leader_epoch, 0).unwrap();
+            log.append_as_leader(&mut batch, leader_epoch, 0).expect("partition log test step");
             batch
         })
         .collect()
@@ -56,11 +56,11 @@ fn read_all(log: &PartitionLog) -> Vec<Vec<u8>> {
     let mut batches = Vec::new();
     let mut offset = log.log_start_offset();
     while offset < log.log_end_offset() {
-        let bytes = log.read(offset, 1 << 20, i64::MAX).unwrap();
+        let bytes = log.read(offset, 1 << 20, i64::MAX).expect("partition log test step");
         assert!(!bytes.is_empty(), "no data at {offset} below the log end");
         let mut rest = &bytes[..];
         while !rest.is_empty() {
-            let header = BatchHeader::validate(rest).unwrap();
+            let header = BatchHeader::validate(rest).expect("partition log test step");
             batches.push(rest[..header.total_size()].to_vec());
             offset = header.last_offset() + 1;
             rest = &rest[header.total_size()..];
@@ -75,11 +75,11 @@ fn segment_path(log: &PartitionLog, base_offset: i64) -> PathBuf {
 
 #[test]
 fn append_and_read_round_trip_across_rolls() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 0));
     let mut first = build_batch(3, 1_000, b"first");
-    let info = log.append_as_leader(&mut first, 0, 0).unwrap();
+    let info = log.append_as_leader(&mut first, 0, 0).expect("partition log test step");
     assert_eq!((info.base_offset, info.last_offset, info.record_count), (0, 2, 3));
     let mut batches = vec![first];
     batches.extend(append_batches(&mut log, 40, 0));
@@ -89,8 +89,8 @@ fn append_and_read_round_trip_across_rolls() {
     assert_eq!(read_all(&log), batches);
     // Every offset reads back starting with the batch that holds it.
     for offset in 0..log.log_end_offset() {
-        let bytes = log.read(offset, 1, i64::MAX).unwrap();
-        let header = BatchHeader::validate(&bytes).unwrap();
+        let bytes = log.read(offset, 1, i64::MAX).expect("partition log test step");
+        let header = BatchHeader::validate(&bytes).expect("partition log test step");
         assert!(header.base_offset() <= offset && offset <= header.last_offset());
         assert_eq!(header.total_size(), bytes.len(), "max_bytes 1 still returns one whole batch");
     }
@@ -102,40 +102,40 @@ fn append_and_read_round_trip_across_rolls() {
 
 #[test]
 fn read_respects_max_bytes_max_offset_and_range() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut config = small_config();
     config.segment_bytes = 1 << 20;
     let mut log = open(dir.path(), config, 0);
     let batches = append_batches(&mut log, 5, 0);
     let size = batches[0].len();
-    assert_eq!(log.read(0, size * 2 + size / 2, i64::MAX).unwrap().len(), size * 2);
-    assert_eq!(log.read(3, size * 10, i64::MAX).unwrap().len(), size * 4);
+    assert_eq!(log.read(0, size * 2 + size / 2, i64::MAX).expect("partition log test step").len(), size * 2);
+    assert_eq!(log.read(3, size * 10, i64::MAX).expect("partition log test step").len(), size * 4);
     // The high watermark bounds what is returned.
-    assert_eq!(log.read(0, size * 10, 6).unwrap().len(), size * 2);
-    assert!(log.read(6, size * 10, 6).unwrap().is_empty());
-    assert!(log.read(15, 100, i64::MAX).unwrap().is_empty(), "empty at the log end");
+    assert_eq!(log.read(0, size * 10, 6).expect("partition log test step").len(), size * 2);
+    assert!(log.read(6, size * 10, 6).expect("partition log test step").is_empty());
+    assert!(log.read(15, 100, i64::MAX).expect("partition log test step").is_empty(), "empty at the log end");
     assert!(matches!(log.read(16, 100, i64::MAX), Err(LogError::OffsetOutOfRange { offset: 16, .. })));
     assert!(matches!(log.read(-1, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
 }
 
 #[test]
 fn offset_index_is_used_for_lookups() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut config = small_config();
     config.segment_bytes = 1 << 20;
     let mut log = open(dir.path(), config, 0);
     let batches = append_batches(&mut log, 30, 0);
-    let segment = log.segments.values().next().unwrap();
+    let segment = log.segments.values().next().expect("partition log test step");
     assert!(segment.offset_index().len() >= 10, "an entry about every 128 bytes");
     let entry = segment.offset_index().lookup(50);
     assert!(entry.offset <= 50 && entry.position > 0);
-    let bytes = log.read(50, 1, i64::MAX).unwrap();
+    let bytes = log.read(50, 1, i64::MAX).expect("partition log test step");
     assert_eq!(bytes.as_ref(), &batches[16][..]);
 }
 
 #[test]
 fn rejects_too_large_and_corrupt_batches() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut config = small_config();
     config.max_message_bytes = 200;
     let mut log = open(dir.path(), config, 0);
@@ -152,17 +152,17 @@ fn rejects_too_large_and_corrupt_batches() {
     assert_eq!((log.log_end_offset(), log.size_bytes()), (0, 0));
     let mut two = build_batch(2, 0, b"a");
     two.extend(build_batch(4, 0, b"b"));
-    let info = log.append_as_leader(&mut two, 0, 0).unwrap();
+    let info = log.append_as_leader(&mut two, 0, 0).expect("partition log test step");
     assert_eq!((info.base_offset, info.last_offset, info.record_count), (0, 5, 6));
     assert_eq!(read_all(&log).len(), 2);
 }
 
 #[test]
 fn offset_for_timestamp_finds_first_batch_at_or_after() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);
     append_batches(&mut log, 30, 0); // batch i: offsets 3i..3i+2, timestamp 1000(i+1)
-    let at = |ts| log.offset_for_timestamp(ts).unwrap();
+    let at = |ts| log.offset_for_timestamp(ts).expect("partition log test step");
     assert_eq!(at(0), Some(TimestampOffset { timestamp: 1_000, offset: 0 }));
     assert_eq!(at(1_000), Some(TimestampOffset { timestamp: 1_000, offset: 0 }));
     assert_eq!(at(1_001), Some(TimestampOffset { timestamp: 2_000, offset: 3 }));
@@ -172,64 +172,67 @@ fn offset_for_timestamp_finds_first_batch_at_or_after() {
     drop(log);
     // After a clean reopen (indexes loaded, not rebuilt) the answers hold.
     let log = open(dir.path(), small_config(), i64::MAX);
-    assert_eq!(log.offset_for_timestamp(17_500).unwrap().map(|found| found.offset), Some(51));
+    assert_eq!(log.offset_for_timestamp(17_500).expect("partition log test step").map(|found| found.offset), Some(51));
 }
 
 #[test]
 fn offset_for_timestamp_matches_brute_force_with_unordered_timestamps() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);
     let mut stored = Vec::new();
     for i in 0..60u64 {
         let timestamp = ((i * 7_919) % 61) as i64 * 100; // a permutation-like jumble
         let mut batch = build_batch(2, timestamp, &payload(i as usize, 30));
-        log.append_as_leader(&mut batch, 0, 0).unwrap();
+        log.append_as_leader(&mut batch, 0, 0).expect("partition log test step");
         stored.push(batch);
     }
     for target in (0..6_200).step_by(50) {
-        let expected = stored.iter().map(|batch| BatchHeader::validate(batch).unwrap()).find_map(|header| {
-            (header.max_timestamp() >= target)
-                .then(|| TimestampOffset { timestamp: header.max_timestamp(), offset: header.base_offset() })
-        });
-        assert_eq!(log.offset_for_timestamp(target).unwrap(), expected, "target {target}");
+        let expected = stored
+            .iter()
+            .map(|batch| BatchHeader::validate(batch).expect("partition log test step"))
+            .find_map(|header| {
+                (header.max_timestamp() >= target)
+                    .then(|| TimestampOffset { timestamp: header.max_timestamp(), offset: header.base_offset() })
+            });
+        assert_eq!(log.offset_for_timestamp(target).expect("partition log test step"), expected, "target {target}");
     }
 }
 
 #[test]
 fn rolls_by_segment_ms() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut config = small_config();
     config.segment_ms = 1_000;
     let mut log = open(dir.path(), config, 0);
-    log.append_as_leader(&mut build_batch(1, 0, b"a"), 0, 10).unwrap();
-    log.append_as_leader(&mut build_batch(1, 0, b"b"), 0, 500).unwrap();
+    log.append_as_leader(&mut build_batch(1, 0, b"a"), 0, 10).expect("partition log test step");
+    log.append_as_leader(&mut build_batch(1, 0, b"b"), 0, 500).expect("partition log test step");
     assert_eq!(log.segment_base_offsets(), vec![0]);
-    log.append_as_leader(&mut build_batch(1, 0, b"c"), 0, 1_000).unwrap();
+    log.append_as_leader(&mut build_batch(1, 0, b"c"), 0, 1_000).expect("partition log test step");
     assert_eq!(log.segment_base_offsets(), vec![0, 2]);
     assert_eq!(log.recovery_point(), 2, "the sealed segment was fsynced");
 }
 
 #[test]
 fn retention_by_time_deletes_old_sealed_segments() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut config = small_config();
     config.retention_ms = Some(10_000);
     let mut log = open(dir.path(), config, 0);
     append_batches(&mut log, 30, 0); // timestamps 1000..=30000
     let bases = log.segment_base_offsets();
     // The high watermark protects everything: nothing goes.
-    assert_eq!(log.apply_retention(100_000, 0).unwrap().deleted_segments, 0);
+    assert_eq!(log.apply_retention(100_000, 0).expect("partition log test step").deleted_segments, 0);
     // At now = 25000, segments whose largest timestamp is < 15000 go.
-    let outcome = log.apply_retention(25_000, log.log_end_offset()).unwrap();
+    let outcome = log.apply_retention(25_000, log.log_end_offset()).expect("partition log test step");
     assert!(outcome.deleted_segments > 0);
     let start = log.log_start_offset();
     assert!(start > 0 && bases.contains(&start));
-    let first_kept = log.offset_for_timestamp(0).unwrap().unwrap();
+    let first_kept = log.offset_for_timestamp(0).expect("partition log test step").expect("partition log test step");
     assert_eq!(first_kept.offset, start);
     assert!(first_kept.timestamp >= 15_000 - 1_000 * 4, "only whole segments are deleted");
     assert!(matches!(log.read(0, 100, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
     // Far in the future every sealed segment goes, the active one stays.
-    log.apply_retention(1_000_000, log.log_end_offset()).unwrap();
+    log.apply_retention(1_000_000, log.log_end_offset()).expect("partition log test step");
     assert_eq!(log.segment_base_offsets().len(), 1);
     assert_eq!(log.log_end_offset(), 90);
     assert_eq!(read_all(&log).len(), 90 / 3 - log.log_start_offset() as usize / 3);
@@ -237,13 +240,13 @@ fn retention_by_time_deletes_old_sealed_segments() {
 
 #[test]
 fn retention_by_size_keeps_at_most_retention_bytes() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut config = small_config();
     config.retention_bytes = Some(2_000);
     let mut log = open(dir.path(), config, 0);
     append_batches(&mut log, 60, 0);
     let before = log.size_bytes();
-    let outcome = log.apply_retention(0, log.log_end_offset()).unwrap();
+    let outcome = log.apply_retention(0, log.log_end_offset()).expect("partition log test step");
     assert!(outcome.deleted_segments > 0);
     assert_eq!(log.size_bytes(), before - outcome.deleted_bytes);
     assert!(log.size_bytes() <= 2_000 + 1024, "within one segment of the limit");
@@ -252,22 +255,22 @@ fn retention_by_size_keeps_at_most_retention_bytes() {
 
 #[test]
 fn truncate_to_removes_the_tail_and_epochs() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);
     let mut batches = append_batches(&mut log, 20, 1);
     batches.extend(append_batches(&mut log, 20, 4));
-    assert_eq!(log.end_offset_for_epoch(1).unwrap().end_offset, 60);
+    assert_eq!(log.end_offset_for_epoch(1).expect("partition log test step").end_offset, 60);
     // Offset 64 is inside the batch 63..=65: the whole batch goes.
-    assert!(log.truncate_to(64).unwrap());
+    assert!(log.truncate_to(64).expect("partition log test step"));
     assert_eq!(log.log_end_offset(), 63);
     assert_eq!(read_all(&log), batches[..21]);
     assert_eq!(log.latest_epoch(), Some(4));
-    assert!(log.truncate_to(45).unwrap());
+    assert!(log.truncate_to(45).expect("partition log test step"));
     assert_eq!(log.log_end_offset(), 45);
     assert_eq!(log.epoch_entries(), &[EpochEntry { epoch: 1, start_offset: 0 }]);
-    assert!(!log.truncate_to(100).unwrap(), "nothing past the log end");
+    assert!(!log.truncate_to(100).expect("partition log test step"), "nothing past the log end");
     // Appends continue from the new log end; the state survives a reopen.
-    let info = log.append_as_leader(&mut build_batch(2, 99_000, b"new"), 5, 0).unwrap();
+    let info = log.append_as_leader(&mut build_batch(2, 99_000, b"new"), 5, 0).expect("partition log test step");
     assert_eq!(info.base_offset, 45);
     drop(log);
     let log = open(dir.path(), small_config(), 0);
@@ -279,32 +282,32 @@ fn truncate_to_removes_the_tail_and_epochs() {
 
 #[test]
 fn truncate_fully_and_start_at_resets_the_log() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);
     append_batches(&mut log, 30, 2);
-    log.truncate_fully_and_start_at(500).unwrap();
+    log.truncate_fully_and_start_at(500).expect("partition log test step");
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 500));
     assert_eq!(log.segment_base_offsets(), vec![500]);
     assert!(log.epoch_entries().is_empty());
-    let info = log.append_as_leader(&mut build_batch(1, 0, b"x"), 3, 0).unwrap();
+    let info = log.append_as_leader(&mut build_batch(1, 0, b"x"), 3, 0).expect("partition log test step");
     assert_eq!(info.base_offset, 500);
     drop(log);
     let log = open(dir.path(), small_config(), 0);
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (500, 501));
     // Truncating below the log start empties the log and starts it there.
     let mut log = log;
-    log.truncate_to(100).unwrap();
+    log.truncate_to(100).expect("partition log test step");
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (100, 100));
 }
 
 #[test]
 fn leader_epoch_checkpoint_tracks_appends() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);
     append_batches(&mut log, 2, 0);
     append_batches(&mut log, 2, 2);
     append_batches(&mut log, 1, 5);
-    let text = fs::read_to_string(log.dir().join(LEADER_EPOCH_CHECKPOINT_FILE)).unwrap();
+    let text = fs::read_to_string(log.dir().join(LEADER_EPOCH_CHECKPOINT_FILE)).expect("partition log test step");
     assert_eq!(text, "0\n3\n0 0\n2 6\n5 12\n");
     let answer = |epoch, end| Some(EpochEndOffset { leader_epoch: epoch, end_offset: end });
     assert_eq!(log.end_offset_for_epoch(0), answer(0, 6));
@@ -316,48 +319,48 @@ fn leader_epoch_checkpoint_tracks_appends() {
         Err(LogError::StaleLeaderEpoch { epoch: 4, latest_epoch: 5 })
     ));
     // Stored batches carry the stamped epoch.
-    let stored = log.read(12, 1, i64::MAX).unwrap();
-    assert_eq!(BatchHeader::validate(&stored).unwrap().partition_leader_epoch(), 5);
+    let stored = log.read(12, 1, i64::MAX).expect("partition log test step");
+    assert_eq!(BatchHeader::validate(&stored).expect("partition log test step").partition_leader_epoch(), 5);
 }
 
 #[test]
 fn follower_appends_keep_leader_offsets() {
-    let dir = tempfile::tempdir().unwrap();
-    let leader_dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let leader_dir = tempfile::tempdir().expect("partition log test step");
     let mut leader = open(leader_dir.path(), small_config(), 0);
     let batches = append_batches(&mut leader, 10, 7);
     let mut follower = open(dir.path(), small_config(), 0);
     let mut offset = 0;
     while offset < leader.log_end_offset() {
-        let fetched = leader.read(offset, 500, i64::MAX).unwrap();
-        let info = follower.append_as_follower(&fetched, 0).unwrap();
+        let fetched = leader.read(offset, 500, i64::MAX).expect("partition log test step");
+        let info = follower.append_as_follower(&fetched, 0).expect("partition log test step");
         offset = info.last_offset + 1;
     }
     assert_eq!(read_all(&follower), batches);
     assert_eq!(follower.epoch_entries(), &[EpochEntry { epoch: 7, start_offset: 0 }]);
-    let again = leader.read(0, 1, i64::MAX).unwrap();
+    let again = leader.read(0, 1, i64::MAX).expect("partition log test step");
     assert!(matches!(follower.append_as_follower(&again, 0), Err(LogError::NonMonotonicAppend { .. })));
 }
 
 #[test]
 fn flush_follows_flush_messages_and_flush_ms() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut config = small_config();
     config.segment_bytes = 1 << 20;
     config.flush_messages = Some(7);
     config.flush_ms = Some(1_000);
     let mut log = open(dir.path(), config, 0);
-    log.append_as_leader(&mut build_batch(3, 0, b"a"), 0, 100).unwrap();
-    log.append_as_leader(&mut build_batch(3, 0, b"b"), 0, 200).unwrap();
+    log.append_as_leader(&mut build_batch(3, 0, b"a"), 0, 100).expect("partition log test step");
+    log.append_as_leader(&mut build_batch(3, 0, b"b"), 0, 200).expect("partition log test step");
     assert_eq!((log.unflushed_messages(), log.recovery_point()), (6, 0));
-    log.append_as_leader(&mut build_batch(3, 0, b"c"), 0, 300).unwrap();
+    log.append_as_leader(&mut build_batch(3, 0, b"c"), 0, 300).expect("partition log test step");
     assert_eq!((log.unflushed_messages(), log.recovery_point()), (0, 9), "7 messages reached");
-    log.append_as_leader(&mut build_batch(1, 0, b"d"), 0, 400).unwrap();
-    assert!(!log.maybe_flush(1_200).unwrap());
-    assert!(log.maybe_flush(1_300).unwrap(), "1000 ms since the last flush");
+    log.append_as_leader(&mut build_batch(1, 0, b"d"), 0, 400).expect("partition log test step");
+    assert!(!log.maybe_flush(1_200).expect("partition log test step"));
+    assert!(log.maybe_flush(1_300).expect("partition log test step"), "1000 ms since the last flush");
     assert_eq!(log.recovery_point(), 10);
-    log.append_as_leader(&mut build_batch(1, 0, b"e"), 0, 1_400).unwrap();
-    log.flush().unwrap();
+    log.append_as_leader(&mut build_batch(1, 0, b"e"), 0, 1_400).expect("partition log test step");
+    log.flush().expect("partition log test step");
     assert_eq!(log.recovery_point(), 11);
 }
 
@@ -365,21 +368,21 @@ fn flush_follows_flush_messages_and_flush_ms() {
 /// lets `damage` edit the segment file, reopens, and checks that the log
 /// recovered to exactly the first `expect_kept` batches.
 fn recover_after(damage: impl FnOnce(&Path, &[Vec<u8>]), expect_kept: usize) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut config = small_config();
     config.segment_bytes = 1 << 20;
     let mut log = open(dir.path(), config.clone(), 0);
     let batches = append_batches(&mut log, 10, 0);
     let path = segment_path(&log, 0);
-    log.close().unwrap();
+    log.close().expect("partition log test step");
     damage(&path, &batches);
     let mut log = open(dir.path(), config, 0);
     assert_eq!(read_all(&log), batches[..expect_kept]);
     assert_eq!(log.log_end_offset(), expect_kept as i64 * 3);
     let kept_bytes: usize = batches[..expect_kept].iter().map(Vec::len).sum();
-    assert_eq!(fs::metadata(&path).unwrap().len(), kept_bytes as u64, "tail was cut on disk");
+    assert_eq!(fs::metadata(&path).expect("partition log test step").len(), kept_bytes as u64, "tail was cut on disk");
     // The recovered log takes appends again.
-    let info = log.append_as_leader(&mut build_batch(1, 0, b"after"), 0, 0).unwrap();
+    let info = log.append_as_leader(&mut build_batch(1, 0, b"after"), 0, 0).expect("partition log test step");
     assert_eq!(info.base_offset, expect_kept as i64 * 3);
 }
 
@@ -387,8 +390,8 @@ fn recover_after(damage: impl FnOnce(&Path, &[Vec<u8>]), expect_kept: usize) {
 fn recovery_cuts_garbage_after_the_last_batch() {
     recover_after(
         |path, _| {
-            let mut file = OpenOptions::new().append(true).open(path).unwrap();
-            file.write_all(&[0xab; 77]).unwrap();
+            let mut file = OpenOptions::new().append(true).open(path).expect("partition log test step");
+            file.write_all(&[0xab; 77]).expect("partition log test step");
         },
         10,
     );
@@ -398,9 +401,9 @@ fn recovery_cuts_garbage_after_the_last_batch() {
 fn recovery_cuts_a_batch_torn_mid_write() {
     recover_after(
         |path, batches| {
-            let len = fs::metadata(path).unwrap().len();
-            let file = OpenOptions::new().write(true).open(path).unwrap();
-            file.set_len(len - batches[9].len() as u64 / 2).unwrap();
+            let len = fs::metadata(path).expect("partition log test step").len();
+            let file = OpenOptions::new().write(true).open(path).expect("partition log test step");
+            file.set_len(len - batches[9].len() as u64 / 2).expect("partition log test step");
         },
         9,
     );
@@ -410,10 +413,10 @@ fn recovery_cuts_a_batch_torn_mid_write() {
 fn recovery_cuts_a_batch_with_a_flipped_byte() {
     recover_after(
         |path, _| {
-            let mut bytes = fs::read(path).unwrap();
+            let mut bytes = fs::read(path).expect("partition log test step");
             let at = bytes.len() - 5;
             bytes[at] ^= 0x10;
-            fs::write(path, bytes).unwrap();
+            fs::write(path, bytes).expect("partition log test step");
         },
         9,
     );
@@ -421,16 +424,16 @@ fn recovery_cuts_a_batch_with_a_flipped_byte() {
 
 #[test]
 fn recovery_of_an_unflushed_segment_deletes_later_ones() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);
     let batches = append_batches(&mut log, 30, 0);
     let bases = log.segment_base_offsets();
     assert!(bases.len() >= 3);
     let second = segment_path(&log, bases[1]);
     drop(log);
-    let mut bytes = fs::read(&second).unwrap();
+    let mut bytes = fs::read(&second).expect("partition log test step");
     bytes[70] ^= 0xff; // Inside the first batch's records.
-    fs::write(&second, bytes).unwrap();
+    fs::write(&second, bytes).expect("partition log test step");
     let log = open(dir.path(), small_config(), 0);
     assert_eq!(log.segment_base_offsets(), bases[..2]);
     assert_eq!(log.log_end_offset(), bases[1]);
@@ -439,32 +442,32 @@ fn recovery_of_an_unflushed_segment_deletes_later_ones() {
 
 #[test]
 fn clean_segments_reuse_or_rebuild_their_indexes() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);
     let batches = append_batches(&mut log, 30, 0);
     let end = log.log_end_offset();
-    log.close().unwrap();
+    log.close().expect("partition log test step");
     // Trusted reopen: loads the index files of every sealed segment.
     let log = open(dir.path(), small_config(), end);
     assert_eq!(read_all(&log), batches);
     let index = log.dir().join(segment_file_name(0, ".index"));
     drop(log);
     // A damaged index of a trusted segment is rebuilt, not believed.
-    fs::write(&index, [0xff; 13]).unwrap();
+    fs::write(&index, [0xff; 13]).expect("partition log test step");
     let log = open(dir.path(), small_config(), end);
     assert_eq!(read_all(&log), batches);
-    assert_eq!(fs::metadata(&index).unwrap().len() % 8, 0);
-    assert_eq!(log.offset_for_timestamp(2_500).unwrap().map(|found| found.offset), Some(6));
+    assert_eq!(fs::metadata(&index).expect("partition log test step").len() % 8, 0);
+    assert_eq!(log.offset_for_timestamp(2_500).expect("partition log test step").map(|found| found.offset), Some(6));
 }
 
 #[test]
 fn leftover_files_are_cleaned_on_open() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("partition log test step");
     let log = open(dir.path(), small_config(), 0);
     let part_dir = log.dir().to_path_buf();
     drop(log);
-    fs::write(part_dir.join("leader-epoch-checkpoint.tmp"), "junk").unwrap();
-    fs::write(part_dir.join(segment_file_name(900, ".index")), [0u8; 8]).unwrap();
+    fs::write(part_dir.join("leader-epoch-checkpoint.tmp"), "junk").expect("partition log test step");
+    fs::write(part_dir.join(segment_file_name(900, ".index")), [0u8; 8]).expect("partition log test step");
     let _log = open(dir.path(), small_config(), 0);
     assert!(!part_dir.join("leader-epoch-checkpoint.tmp").exists());
     assert!(!part_dir.join(segment_file_name(900, ".index")).exists());
@@ -481,23 +484,23 @@ proptest! {
         segment_pick in any::<prop::sample::Index>(),
         cut_fraction in prop_oneof![1 => Just(0.0f64), 1 => Just(1.0f64), 6 => 0.0f64..1.0],
     ) {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().expect("partition log test step");
         let mut config = small_config();
         config.segment_bytes = 2048;
         let mut log = open(dir.path(), config.clone(), 0);
         let mut stored = Vec::new();
         for (i, (records, len, timestamp)) in appends.iter().enumerate() {
             let mut batch = build_batch(*records, *timestamp, &payload(i, *len));
-            log.append_as_leader(&mut batch, 0, 0).unwrap();
+            log.append_as_leader(&mut batch, 0, 0).expect("partition log test step");
             stored.push(batch);
         }
         let bases = log.segment_base_offsets();
         let victim = bases[segment_pick.index(bases.len())];
         let path = segment_path(&log, victim);
         drop(log);
-        let len = fs::metadata(&path).unwrap().len();
+        let len = fs::metadata(&path).expect("partition log test step").len();
         let cut = (len as f64 * cut_fraction) as u64;
-        OpenOptions::new().write(true).open(&path).unwrap().set_len(cut).unwrap();
+        OpenOptions::new().write(true).open(&path).expect("partition log test step").set_len(cut).expect("partition log test step");
 
         // Expected survivors: batches of earlier segments, plus batches of
         // the victim that end at or before the cut. Later segments survive
@@ -509,7 +512,7 @@ proptest! {
         let mut position = 0u64;
         let mut on_boundary = cut == 0;
         for batch in &stored {
-            let base = BatchHeader::validate(batch).unwrap().base_offset();
+            let base = BatchHeader::validate(batch).expect("partition log test step").base_offset();
             if base < victim {
                 expected.push(batch.clone());
             } else if base < next_base {
@@ -527,10 +530,10 @@ proptest! {
         }
         let log = PartitionLog::open(dir.path(), TOPIC, PARTITION, config, 0, 0);
         prop_assert!(log.is_ok(), "reopen failed: {:?}", log.err());
-        let log = log.unwrap();
+        let log = log.expect("partition log test step");
         let expected_end = expected
             .last()
-            .map_or(victim, |batch| BatchHeader::validate(batch).unwrap().last_offset() + 1);
+            .map_or(victim, |batch| BatchHeader::validate(batch).expect("partition log test step").last_offset() + 1);
         prop_assert_eq!(read_all(&log), expected);
         prop_assert_eq!(log.log_end_offset(), expected_end);
     }
