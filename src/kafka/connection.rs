@@ -97,8 +97,14 @@ async fn read_frame(
     if size < MIN_FRAME_BYTES {
         return Err(ConnectionError::FrameTooShort(size));
     }
-    let mut buf = BytesMut::zeroed(size);
-    stream.read_exact(&mut buf).await?;
+    // Read into spare capacity: no zeroing of a buffer that is about to be overwritten.
+    let mut buf = BytesMut::with_capacity(size);
+    while buf.len() < size {
+        let mut limited = (&mut *stream).take((size - buf.len()) as u64);
+        if limited.read_buf(&mut buf).await? == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+        }
+    }
     Ok(Some(buf.freeze()))
 }
 

@@ -323,8 +323,7 @@ impl LogSegment {
         // boundaries are walked in memory (not one header read per batch).
         let available = self.size_bytes - first.position;
         let want = available.min(max_bytes.max(first.info.size_bytes));
-        let mut bytes = vec![0u8; want as usize];
-        self.log_file.read_exact_at(&mut bytes, first.position)?;
+        let mut bytes = read_range(&self.log_file, first.position, want)?;
         let mut total = first.info.size_bytes;
         while total + HEADER_BYTES as u64 <= want {
             let header = BatchHeader::parse(&bytes[total as usize..])?;
@@ -446,6 +445,21 @@ impl LogSegment {
     pub fn segment_index_bytes(&self) -> u64 {
         self.segment_index_bytes
     }
+}
+
+/// Reads `len` bytes at `position` without zeroing the buffer first (reads
+/// go through `read_to_end`, which fills spare capacity). The file's cursor
+/// is moved; appends use positional writes, so it is never relied on.
+fn read_range(file: &File, position: u64, len: u64) -> Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut bytes = Vec::with_capacity(len as usize);
+    let mut reader = file;
+    reader.seek(SeekFrom::Start(position))?;
+    reader.take(len).read_to_end(&mut bytes)?;
+    if (bytes.len() as u64) < len {
+        return Err(LogError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
+    Ok(bytes)
 }
 
 /// Reads and parses the batch header at `position` (no CRC check: batches

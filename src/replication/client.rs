@@ -70,8 +70,14 @@ impl KafkaConnection {
             if len < 0 || len as usize > MAX_RESPONSE_BYTES {
                 return Err(ClientError::Protocol(format!("response frame of {len} bytes")));
             }
-            let mut body = BytesMut::zeroed(len as usize);
-            self.stream.read_exact(&mut body).await?;
+            let len = len as usize;
+            let mut body = BytesMut::with_capacity(len);
+            while body.len() < len {
+                let mut limited = (&mut self.stream).take((len - body.len()) as u64);
+                if limited.read_buf(&mut body).await? == 0 {
+                    return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+                }
+            }
             Ok::<Bytes, ClientError>(body.freeze())
         };
         let mut body = tokio::time::timeout(timeout, exchange).await.map_err(|_| ClientError::Timeout)??;
