@@ -215,25 +215,12 @@ pub fn elect(
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_support::image_with_brokers;
     use super::*;
     use strom_raft::{BrokerState, TopicId};
 
     fn image(active: &[i32], partitions: &[(Vec<i32>, Vec<i32>, Option<i32>)]) -> MetadataImage {
-        let mut img = MetadataImage::default();
-        for b in 1..=4 {
-            img.apply(&MetadataRecord::RegisterBroker {
-                broker_id: b,
-                incarnation_id: 1,
-                kafka: String::new(),
-                admin: String::new(),
-                raft: String::new(),
-            })
-            .expect("register");
-            if active.contains(&b) {
-                img.apply(&MetadataRecord::BrokerRegistrationChange { broker_id: b, state: BrokerState::Active })
-                    .expect("activate");
-            }
-        }
+        let mut img = image_with_brokers(1..=4, active);
         img.apply(&MetadataRecord::Topic { name: "t".into(), topic_id: TopicId(1) }).expect("topic");
         for (i, (replicas, isr, leader)) in partitions.iter().enumerate() {
             img.apply(&MetadataRecord::Partition {

@@ -64,25 +64,10 @@ impl Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strom_raft::MetadataRecord;
+    use crate::controller::test_support::image_with_brokers;
 
     fn image() -> MetadataImage {
-        let mut img = MetadataImage::default();
-        for b in 1..=3 {
-            img.apply(&MetadataRecord::RegisterBroker {
-                broker_id: b,
-                incarnation_id: 1,
-                kafka: String::new(),
-                admin: String::new(),
-                raft: String::new(),
-            })
-            .expect("register");
-        }
-        for b in 1..=2 {
-            img.apply(&MetadataRecord::BrokerRegistrationChange { broker_id: b, state: BrokerState::Active })
-                .expect("activate");
-        }
-        img
+        image_with_brokers(1..=3, &[1, 2])
     }
 
     #[test]

@@ -12,6 +12,8 @@ pub mod election;
 pub mod liveness;
 pub mod placement;
 pub mod protocol;
+#[cfg(test)]
+mod test_support;
 pub mod topics;
 
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -174,23 +174,11 @@ pub fn alter_configs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use strom_raft::BrokerState;
+    use crate::controller::test_support::image_with_brokers;
 
     fn cluster(brokers: i32) -> MetadataImage {
-        let mut img = MetadataImage::default();
-        for b in 1..=brokers {
-            img.apply(&MetadataRecord::RegisterBroker {
-                broker_id: b,
-                incarnation_id: 1,
-                kafka: String::new(),
-                admin: String::new(),
-                raft: String::new(),
-            })
-            .expect("register");
-            img.apply(&MetadataRecord::BrokerRegistrationChange { broker_id: b, state: BrokerState::Active })
-                .expect("activate");
-        }
-        img
+        let all: Vec<i32> = (1..=brokers).collect();
+        image_with_brokers(all.clone(), &all)
     }
 
     const R: Randomness = Randomness { topic_id: TopicId(9), placement_start: 0 };

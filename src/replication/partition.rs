@@ -142,19 +142,10 @@ fn rebuild_producers(log: &PartitionLog) -> Result<ProducerStateMap, LogError> {
         if chunk.is_empty() {
             break;
         }
+        producers.record_batches(&chunk)?;
         let mut next = offset;
         for range in split_record_set(&chunk)? {
-            let h = BatchHeader::parse(&chunk[range])?;
-            if h.producer_id() >= 0 {
-                let meta = BatchMeta {
-                    first_seq: h.base_sequence(),
-                    last_seq: h.base_sequence().wrapping_add(h.last_offset_delta()),
-                    base_offset: h.base_offset(),
-                    last_offset: h.last_offset(),
-                };
-                producers.record(h.producer_id(), h.producer_epoch(), meta);
-            }
-            next = h.last_offset() + 1;
+            next = BatchHeader::parse(&chunk[range])?.last_offset() + 1;
         }
         if next <= offset {
             break;
@@ -304,18 +295,7 @@ impl Partition {
         }
         if !records.is_empty() {
             st.log.append_as_follower(records, now_ms())?;
-            for range in split_record_set(records).map_err(LogError::from)? {
-                let h = BatchHeader::parse(&records[range]).map_err(LogError::from)?;
-                if h.producer_id() >= 0 && h.base_sequence() >= 0 {
-                    let meta = BatchMeta {
-                        first_seq: h.base_sequence(),
-                        last_seq: h.base_sequence().wrapping_add(h.last_offset_delta()),
-                        base_offset: h.base_offset(),
-                        last_offset: h.last_offset(),
-                    };
-                    st.producers.record(h.producer_id(), h.producer_epoch(), meta);
-                }
-            }
+            st.producers.record_batches(records).map_err(LogError::from)?;
         }
         let hw = leader_high_watermark.min(st.log.log_end_offset());
         if hw > st.high_watermark {

@@ -8,6 +8,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::log::batch::{split_record_set, BatchError, BatchHeader};
+
 /// Kafka keeps this many recent batches per producer for duplicate checks.
 pub const BATCHES_KEPT: usize = 5;
 /// More producer ids than this in one partition are forgotten oldest-first.
@@ -110,6 +112,24 @@ impl ProducerStateMap {
             entry.batches.pop_front();
         }
         entry.last_offset = batch.last_offset;
+    }
+
+    /// Records every idempotent batch in `records` (batches already in the
+    /// log: rebuilt on open, or replicated from the leader).
+    pub fn record_batches(&mut self, records: &[u8]) -> Result<(), BatchError> {
+        for range in split_record_set(records)? {
+            let h = BatchHeader::parse(&records[range])?;
+            if h.producer_id() >= 0 && h.base_sequence() >= 0 {
+                let meta = BatchMeta {
+                    first_seq: h.base_sequence(),
+                    last_seq: h.base_sequence().wrapping_add(h.last_offset_delta()),
+                    base_offset: h.base_offset(),
+                    last_offset: h.last_offset(),
+                };
+                self.record(h.producer_id(), h.producer_epoch(), meta);
+            }
+        }
+        Ok(())
     }
 
     /// Forgets batches at or above `offset` (the log was truncated there).

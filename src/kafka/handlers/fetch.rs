@@ -10,9 +10,8 @@ use bytes::Bytes;
 use futures_util::future::select_all;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
-use kafka_protocol::ResponseError;
 
-use super::partition_error_code;
+use super::{missing_partition_code, partition_error_code};
 use crate::node::NodeContext;
 
 /// Longest long-poll, whatever the client asks.
@@ -45,13 +44,7 @@ fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> 
                 .iter()
                 .map(|fp| {
                     let Some(partition) = ctx.replicas.get(name, fp.partition) else {
-                        let known = image.topics.get(name).is_some_and(|t| t.partitions.contains_key(&fp.partition));
-                        let code = if known {
-                            ResponseError::NotLeaderOrFollower
-                        } else {
-                            ResponseError::UnknownTopicOrPartition
-                        };
-                        return empty(fp.partition, code.code());
+                        return empty(fp.partition, missing_partition_code(&image, name, fp.partition));
                     };
                     // The first batch is always sent whole (KIP-74); after
                     // that, the response's budget is a hard limit.

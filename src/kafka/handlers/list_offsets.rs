@@ -6,15 +6,9 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset,
 use kafka_protocol::messages::{
     ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
 };
-use kafka_protocol::ResponseError;
 
-use super::partition_error_code;
+use super::{missing_partition_code, partition_error_code};
 use crate::node::NodeContext;
-
-fn missing_code(ctx: &NodeContext, topic: &str, partition: i32) -> i16 {
-    let known = ctx.quorum.image().topics.get(topic).is_some_and(|t| t.partitions.contains_key(&partition));
-    if known { ResponseError::NotLeaderOrFollower } else { ResponseError::UnknownTopicOrPartition }.code()
-}
 
 pub fn handle(ctx: &NodeContext, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
     let topics = request
@@ -32,7 +26,11 @@ pub fn handle(ctx: &NodeContext, request: ListOffsetsRequest, version: i16) -> L
                         .with_offset(-1)
                         .with_leader_epoch(-1);
                     let Some(partition) = ctx.replicas.get(&name, p.partition_index) else {
-                        return base.with_error_code(missing_code(ctx, &name, p.partition_index));
+                        return base.with_error_code(missing_partition_code(
+                            &ctx.quorum.image(),
+                            &name,
+                            p.partition_index,
+                        ));
                     };
                     match partition.offset_for(p.timestamp, p.current_leader_epoch) {
                         Ok((timestamp, offset)) => {
@@ -62,7 +60,7 @@ pub fn leader_epoch(ctx: &NodeContext, request: OffsetForLeaderEpochRequest) -> 
                     let base =
                         EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(-1).with_end_offset(-1);
                     let Some(partition) = ctx.replicas.get(&name, p.partition) else {
-                        return base.with_error_code(missing_code(ctx, &name, p.partition));
+                        return base.with_error_code(missing_partition_code(&ctx.quorum.image(), &name, p.partition));
                     };
                     match partition.end_offset_for_epoch(p.leader_epoch, p.current_leader_epoch) {
                         Ok((epoch, end)) => base.with_leader_epoch(epoch).with_end_offset(end),

@@ -34,6 +34,14 @@ pub fn str_bytes(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
 
+/// The code for a partition this broker does not host: NOT_LEADER_OR_FOLLOWER
+/// when the partition exists (the client's metadata is stale), else
+/// UNKNOWN_TOPIC_OR_PARTITION.
+pub fn missing_partition_code(image: &strom_raft::MetadataImage, topic: &str, partition: i32) -> i16 {
+    let known = image.topics.get(topic).is_some_and(|t| t.partitions.contains_key(&partition));
+    if known { ResponseError::NotLeaderOrFollower } else { ResponseError::UnknownTopicOrPartition }.code()
+}
+
 /// The one mapping from partition errors to Kafka error codes.
 pub fn partition_error_code(e: &PartitionError) -> i16 {
     let code = match e {

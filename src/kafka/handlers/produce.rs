@@ -8,7 +8,7 @@ use kafka_protocol::messages::produce_response::{PartitionProduceResponse, Topic
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
 
-use super::partition_error_code;
+use super::{missing_partition_code, partition_error_code};
 use crate::node::NodeContext;
 use std::sync::Arc;
 
@@ -54,10 +54,7 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
                 continue;
             }
             let Some(partition) = ctx.replicas.get(&name, index) else {
-                let known = image.topics.get(&name).is_some_and(|t| t.partitions.contains_key(&index));
-                let code =
-                    if known { ResponseError::NotLeaderOrFollower } else { ResponseError::UnknownTopicOrPartition };
-                partitions.push(error_response(index, code.code()));
+                partitions.push(error_response(index, missing_partition_code(&image, &name, index)));
                 continue;
             };
             let Some(records) = data.records else {
