@@ -41,13 +41,14 @@ pub struct ReplicaManager {
     epoch_tx: watch::Sender<u64>,
 }
 
-/// A topic's log settings from its effective configs.
-pub fn log_config(settings: &Settings, topic: &TopicImage) -> LogConfig {
+/// A topic's log settings and `min.insync.replicas`, from its effective configs.
+pub fn topic_settings(settings: &Settings, topic: &TopicImage) -> (LogConfig, usize) {
     let eff = settings.topic_effective(&topic.configs);
     let int = |k: &str| eff.get(k).and_then(|v| v.parse::<i64>().ok());
     let positive = |k: &str| int(k).filter(|v| *v >= 0).map(|v| v as u64);
     let defaults = LogConfig::default();
-    LogConfig {
+    let min_insync = int("min.insync.replicas").filter(|v| *v >= 1).map_or(1, |v| v as usize);
+    let config = LogConfig {
         segment_bytes: positive("segment.bytes").unwrap_or(defaults.segment_bytes),
         segment_ms: positive("segment.ms").unwrap_or(defaults.segment_ms),
         retention_ms: positive("retention.ms"),
@@ -57,7 +58,8 @@ pub fn log_config(settings: &Settings, topic: &TopicImage) -> LogConfig {
         index_interval_bytes: settings.u64("log.index.interval.bytes").max(1),
         segment_index_bytes: defaults.segment_index_bytes,
         max_message_bytes: positive("max.message.bytes").unwrap_or(defaults.max_message_bytes),
-    }
+    };
+    (config, min_insync)
 }
 
 impl ReplicaManager {
@@ -98,13 +100,7 @@ impl ReplicaManager {
     pub fn apply_image(&self, image: &MetadataImage) {
         let mut wanted: HashMap<PartitionKey, ()> = HashMap::new();
         for topic in image.topics.values() {
-            let config = log_config(&self.settings, topic);
-            let min_insync = self
-                .settings
-                .topic_effective(&topic.configs)
-                .get("min.insync.replicas")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1);
+            let (config, min_insync) = topic_settings(&self.settings, topic);
             for (&index, p) in &topic.partitions {
                 if !p.replicas.contains(&self.broker_id) {
                     continue;
