@@ -2,7 +2,7 @@
 //! openraft and the RPC server, bootstraps the voters on first start, and is
 //! the handle the rest of the node uses to propose records and read the image.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,13 +159,6 @@ impl Quorum {
         let m = self.raft.metrics();
         let m = m.borrow();
         m.membership_config.membership().get_node(&id).map(|n| n.addr.clone()).or_else(|| self.voters.get(&id).cloned())
-    }
-
-    /// Ids of the learners (observers) in the current membership.
-    pub fn learners(&self) -> BTreeSet<NodeId> {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        m.membership_config.membership().learner_ids().collect()
     }
 
     /// The latest applied image.

@@ -369,13 +369,12 @@ impl Partition {
         if acks_all && st.isr.len() < st.min_insync {
             return Err(PartitionError::NotEnoughReplicas { isr: st.isr.len(), min: st.min_insync });
         }
-        let ranges = split_record_set(records).map_err(LogError::from)?;
         // Idempotence: one producer batch per request is what clients send.
+        // Only the first batch's header is read here; the log splits and
+        // validates the whole record set (CRC included) when it appends.
         let mut sequenced = None;
-        if let Some(first) = ranges.first() {
-            // The log validates every batch (CRC included) before appending;
-            // only the header is needed here.
-            let h = BatchHeader::parse(&records[first.clone()]).map_err(LogError::from)?;
+        if !records.is_empty() {
+            let h = BatchHeader::parse(records).map_err(LogError::from)?;
             if h.producer_id() >= 0 && h.base_sequence() >= 0 {
                 let first_seq = h.base_sequence();
                 let last_seq = first_seq.wrapping_add(h.last_offset_delta());

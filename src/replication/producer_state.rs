@@ -140,10 +140,6 @@ impl ProducerStateMap {
         self.producers.retain(|_, e| !e.batches.is_empty());
     }
 
-    pub fn len(&self) -> usize {
-        self.producers.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
     }
