@@ -38,9 +38,11 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 free_base() {  # a base port with N free consecutive ports
+  # Below the kernel's ephemeral range (32768+ here), so no client
+  # connection holds one of them unseen by the probe, which sees listeners only.
   local n=$1 base
   for _ in $(seq 1 50); do
-    base=$(( (RANDOM % 20000) + 30000 ))
+    base=$(( (RANDOM % 20000) + 10000 ))
     local ok=1
     for i in $(seq 0 $((n - 1))); do
       if (exec 3<>/dev/tcp/127.0.0.1/$((base + i))) 2>/dev/null; then ok=0; break; fi
@@ -52,7 +54,8 @@ free_base() {  # a base port with N free consecutive ports
 
 start_cluster() {  # start_cluster N [extra strom cluster args]
   local n=$1; shift
-  KAFKA_BASE=$(free_base "$n"); ADMIN_BASE=$(free_base "$n"); RAFT_BASE=$(free_base "$n")
+  # One range for all three listeners, so they cannot overlap each other.
+  KAFKA_BASE=$(free_base $((3 * n))); ADMIN_BASE=$((KAFKA_BASE + n)); RAFT_BASE=$((KAFKA_BASE + 2 * n))
   "$STROM" cluster --nodes "$n" --dir "$DEMO_DIR/cluster" --kafka-base "$KAFKA_BASE" \
     --admin-base "$ADMIN_BASE" --raft-base "$RAFT_BASE" "$@" > "$DEMO_DIR/cluster.out" 2>&1 &
   CLUSTER_PID=$!
