@@ -51,6 +51,21 @@ pub struct NodeContext {
     pub producer_ids: ProducerIdAllocator,
 }
 
+/// Longest a request waits for the data plane to enact metadata this node has already applied.
+const DATA_PLANE_LAG_MAX: Duration = Duration::from_secs(2);
+
+impl NodeContext {
+    /// Waits (bounded) until the replicas follow every metadata record this
+    /// node had applied when called, so a client that has just seen a
+    /// leadership in Metadata or the admin API finds it enacted here.
+    pub async fn data_plane_current(&self) {
+        let index = self.quorum.applied().applied_index;
+        if !self.replicas.wait_applied(index, DATA_PLANE_LAG_MAX).await {
+            tracing::debug!(index, "replicas still behind the applied metadata; answering from them as they are");
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
     #[error("data directory {path}: {reason}")]

@@ -36,6 +36,7 @@ fn local_offsets(ctx: &NodeContext, topic: &TopicImage) -> Offsets {
 /// Asks each partition's leader (this node or another, over its admin API)
 /// for its offsets; a leader that does not answer within a second leaves them null.
 async fn leader_offsets(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage) -> Offsets {
+    ctx.data_plane_current().await;
     let mut offsets = local_offsets(ctx, topic);
     let leaders: BTreeSet<i32> = topic
         .partitions
@@ -63,6 +64,7 @@ async fn leader_offsets(ctx: &NodeContext, image: &MetadataImage, topic: &TopicI
 
 /// `[partition, log start, log end, high watermark]` for partitions led here.
 pub async fn internal_offsets(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<Json<Value>> {
+    ctx.data_plane_current().await;
     let image = ctx.quorum.image();
     let topic = image.topics.get(&name).ok_or_else(|| unknown_topic(&name))?;
     let rows: Vec<(i32, i64, i64, i64)> = local_offsets(&ctx, topic)

@@ -190,6 +190,8 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<()
         let (done_tx, done_rx) = oneshot::channel();
         match decode_frame(frame) {
             Ok(Frame::Request(request)) => {
+                // In the reader, so requests still reach their handlers in order.
+                ctx.data_plane_current().await;
                 let pending = registry::dispatch(ctx.clone(), *request);
                 tokio::spawn(async move {
                     let _ = done_tx.send(pending.await);

@@ -39,6 +39,8 @@ pub struct ReplicaManager {
     recovery_at_start: BTreeMap<PartitionKey, i64>,
     /// Bumped on every applied image, so waiters can re-check leadership.
     epoch_tx: watch::Sender<u64>,
+    /// The metadata log index of the image the replicas follow.
+    applied_tx: watch::Sender<u64>,
 }
 
 /// A topic's log settings and `min.insync.replicas`, from its effective configs.
@@ -80,6 +82,7 @@ impl ReplicaManager {
             settings,
             partitions: RwLock::new(HashMap::new()),
             epoch_tx,
+            applied_tx: watch::channel(0).0,
         })
     }
 
@@ -94,6 +97,26 @@ impl ReplicaManager {
     /// Changes whenever the hosted partitions or their roles may have changed.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.epoch_tx.subscribe()
+    }
+
+    /// Waits, up to `max`, until the replicas follow a metadata image at
+    /// least as new as log index `index`; whether they do.
+    pub async fn wait_applied(&self, index: u64, max: Duration) -> bool {
+        if *self.applied_tx.borrow() >= index {
+            return true;
+        }
+        let mut rx = self.applied_tx.subscribe();
+        tokio::time::timeout(max, rx.wait_for(|i| *i >= index)).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// Brings the hosted replicas in line with the image applied at log index `index`.
+    pub fn apply_applied(&self, applied: &AppliedImage) {
+        self.apply_image(&applied.image);
+        self.applied_tx.send_if_modified(|i| {
+            let newer = applied.applied_index > *i;
+            *i = (*i).max(applied.applied_index);
+            newer
+        });
     }
 
     /// Brings the hosted replicas in line with `image`.
@@ -202,8 +225,8 @@ impl ReplicaManager {
     /// `BrokerLifecycle::wait_caught_up`): a stale image must not open
     /// leaderships.
     pub async fn run(self: Arc<Self>, mut applied: watch::Receiver<AppliedImage>, mut shutdown: watch::Receiver<bool>) {
-        let image = applied.borrow_and_update().image.clone();
-        self.apply_image(&image);
+        let current = applied.borrow_and_update().clone();
+        self.apply_applied(&current);
         let mut flush = tokio::time::interval(FLUSH_CHECK);
         let mut checkpoint = tokio::time::interval(CHECKPOINT_EVERY);
         let mut retention =
@@ -215,8 +238,8 @@ impl ReplicaManager {
             tokio::select! {
                 changed = applied.changed() => {
                     if changed.is_err() { break }
-                    let image = applied.borrow_and_update().image.clone();
-                    self.apply_image(&image);
+                    let current = applied.borrow_and_update().clone();
+                    self.apply_applied(&current);
                 }
                 _ = flush.tick() => self.flush_due(),
                 _ = checkpoint.tick() => self.write_checkpoint(),
