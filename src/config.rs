@@ -168,6 +168,48 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         doc: "wait for more members before the first rebalance",
     },
     SettingDef {
+        name: "group.min.session.timeout.ms",
+        default: Some("6000"),
+        kind: int(1, I32_MAX),
+        doc: "shortest session timeout a group member may ask for",
+    },
+    SettingDef {
+        name: "group.max.session.timeout.ms",
+        default: Some("1800000"),
+        kind: int(1, I32_MAX),
+        doc: "longest session timeout a group member may ask for",
+    },
+    SettingDef {
+        name: "group.max.size",
+        default: Some("2147483647"),
+        kind: int(1, I32_MAX),
+        doc: "most members in one consumer group",
+    },
+    SettingDef {
+        name: "offset.metadata.max.bytes",
+        default: Some("4096"),
+        kind: int(0, I32_MAX),
+        doc: "largest metadata string of an offset commit",
+    },
+    SettingDef {
+        name: "offsets.retention.minutes",
+        default: Some("10080"),
+        kind: int(1, I32_MAX),
+        doc: "committed offsets of an empty group are dropped after this",
+    },
+    SettingDef {
+        name: "offsets.retention.check.interval.ms",
+        default: Some("600000"),
+        kind: int(100, I32_MAX),
+        doc: "how often expired offsets are looked for",
+    },
+    SettingDef {
+        name: "offsets.commit.timeout.ms",
+        default: Some("5000"),
+        kind: int(1, I32_MAX),
+        doc: "an offset commit waits this long for its replicas",
+    },
+    SettingDef {
         name: "socket.request.max.bytes",
         default: Some("104857600"),
         kind: int(1, I32_MAX),

@@ -11,6 +11,7 @@
 //! - [`kafka`]: the Kafka wire front end: listener, registry, handlers.
 //! - [`replication`]: partition replicas on this broker (role, high
 //!   watermark, producer state) kept in step with the metadata image.
+//! - [`group`]: the consumer-group coordinator and `__consumer_offsets`.
 //! - [`admin`]: the HTTP admin API and metrics.
 //! - [`cluster`]: `strom cluster`, N nodes from one binary.
 //! - [`cli`]: the admin subcommands, clients of the HTTP API.
@@ -24,6 +25,7 @@ pub mod cluster;
 pub mod config;
 pub mod controller;
 pub mod error;
+pub mod group;
 pub mod kafka;
 pub mod lifecycle;
 pub mod log;

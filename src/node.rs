@@ -19,6 +19,7 @@ use crate::controller::client::ControllerClient;
 use crate::controller::protocol::{ControllerRequest, ControllerResponse};
 use crate::controller::Controller;
 use crate::error::{ApiError, ErrorCode};
+use crate::group::GroupCoordinator;
 use crate::kafka::producer_ids::ProducerIdAllocator;
 use crate::lifecycle::BrokerLifecycle;
 use crate::replication::fetcher::FetcherManager;
@@ -49,6 +50,7 @@ pub struct NodeContext {
     pub metrics: Arc<Metrics>,
     pub replicas: Arc<ReplicaManager>,
     pub producer_ids: ProducerIdAllocator,
+    pub groups: Arc<GroupCoordinator>,
 }
 
 /// Longest a request waits for the data plane to enact metadata this node has already applied.
@@ -201,6 +203,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         metrics: metrics.clone(),
         replicas: replicas.clone(),
         producer_ids: ProducerIdAllocator::default(),
+        groups: Arc::new(GroupCoordinator::new(settings.clone(), replicas.clone())),
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -216,6 +219,14 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
             if lifecycle.wait_caught_up(stop.clone()).await {
                 tracing::info!("caught up with the metadata log; serving partitions");
                 replicas.run(quorum.subscribe(), stop).await;
+            }
+        })
+    };
+    let groups_task = {
+        let (groups, lifecycle, stop) = (ctx.groups.clone(), lifecycle.clone(), stop_admin_rx.clone());
+        tokio::spawn(async move {
+            if lifecycle.wait_caught_up(stop.clone()).await {
+                groups.run(stop).await;
             }
         })
     };
@@ -268,6 +279,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         tracing::warn!(error = %e, "admin server stopped with an error");
     }
     let _ = replicas_task.await;
+    let _ = groups_task.await;
     quorum.shutdown().await;
     tracing::info!(node_id = config.node_id, "stopped");
     Ok(())

@@ -1,14 +1,12 @@
-//! Cluster-wide reads: health, readiness, cluster and brokers, metrics, and
-//! the consumer-group endpoints (empty until consumer groups exist).
+//! Cluster-wide reads: health, readiness, cluster and brokers, metrics.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::{ApiResult, Ctx, HttpError};
-use crate::error::{ApiError, ErrorCode};
+use super::Ctx;
 use crate::node::NodeContext;
 
 pub async fn health() -> impl IntoResponse {
@@ -29,7 +27,9 @@ pub async fn ready(State(ctx): Ctx) -> impl IntoResponse {
 }
 
 pub async fn metrics(State(ctx): Ctx) -> impl IntoResponse {
-    ([("content-type", "text/plain; version=0.0.4")], ctx.metrics.render(&ctx.quorum))
+    let mut body = ctx.metrics.render(&ctx.quorum);
+    body.push_str(&super::groups::lag_metrics(&ctx).await);
+    ([("content-type", "text/plain; version=0.0.4")], body)
 }
 
 fn brokers_json(ctx: &NodeContext) -> Vec<Value> {
@@ -71,12 +71,4 @@ pub async fn cluster(State(ctx): Ctx) -> Json<Value> {
         },
         "brokers": brokers_json(&ctx),
     }))
-}
-
-pub async fn groups() -> Json<Vec<Value>> {
-    Json(Vec::new())
-}
-
-pub async fn group(Path(id): Path<String>) -> ApiResult<Json<Value>> {
-    Err(HttpError(ApiError::new(ErrorCode::GroupIdNotFound, format!("no consumer group `{id}`"))))
 }

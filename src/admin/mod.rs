@@ -6,6 +6,7 @@
 //! Errors are `{"error": CODE, "message": sentence}` with 4xx/503 statuses.
 
 mod cluster;
+mod groups;
 pub mod metrics;
 mod openapi;
 mod topics;
@@ -110,8 +111,9 @@ pub fn router(ctx: Arc<NodeContext>) -> Router {
         .route("/v1/openapi.json", get(openapi::document))
         .route("/v1/cluster", get(cluster::cluster))
         .route("/v1/brokers", get(cluster::brokers))
-        .route("/v1/groups", get(cluster::groups))
-        .route("/v1/groups/{id}", get(cluster::group))
+        .route("/v1/groups", get(groups::list))
+        .route("/v1/groups/{id}", get(groups::describe))
+        .route("/v1/internal/groups", get(groups::internal_groups))
         .route("/v1/topics", get(topics::list).post(topics::create))
         .route("/v1/topics/{name}", get(topics::describe).delete(topics::delete))
         .route("/v1/topics/{name}/partitions", post(topics::add_partitions))

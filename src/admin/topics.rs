@@ -35,7 +35,7 @@ fn local_offsets(ctx: &NodeContext, topic: &TopicImage) -> Offsets {
 
 /// Asks each partition's leader (this node or another, over its admin API)
 /// for its offsets; a leader that does not answer within a second leaves them null.
-async fn leader_offsets(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage) -> Offsets {
+pub(super) async fn leader_offsets(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage) -> Offsets {
     ctx.data_plane_current().await;
     let mut offsets = local_offsets(ctx, topic);
     let leaders: BTreeSet<i32> = topic

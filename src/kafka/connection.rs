@@ -167,6 +167,7 @@ pub fn encode_response(api: ApiKey, version: i16, correlation_id: i32, body: &Re
 
 async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
+    let peer = stream.peer_addr().map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
     let max = ctx.settings.u64("socket.request.max.bytes") as usize;
     let idle = Duration::from_millis(ctx.settings.u64("connections.max.idle.ms"));
     let (mut reader, mut writer) = stream.into_split();
@@ -192,7 +193,7 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<()
             Ok(Frame::Request(request)) => {
                 // In the reader, so requests still reach their handlers in order.
                 ctx.data_plane_current().await;
-                let pending = registry::dispatch(ctx.clone(), *request);
+                let pending = registry::dispatch(ctx.clone(), *request, peer);
                 tokio::spawn(async move {
                     let _ = done_tx.send(pending.await);
                 });

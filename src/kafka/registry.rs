@@ -2,6 +2,7 @@
 //! answers ApiVersions, so the advertised versions cannot drift from the code.
 
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -32,6 +33,16 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 8),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 pub fn supported(api: ApiKey) -> Option<VersionRange> {
@@ -56,15 +67,24 @@ pub fn api_versions_unsupported(correlation_id: i32) -> Option<Bytes> {
     encode_response(ApiKey::ApiVersions, 0, correlation_id, &body).ok()
 }
 
+/// Who sent a request, for the APIs that record it (group members).
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub host: IpAddr,
+    pub id: String,
+}
+
 /// A response being worked out; `None` when no answer is due (acks=0).
 pub type PendingResponse = Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
 
 /// Starts handling `request`. Produce appends happen right here, in the
 /// connection's request order; everything that waits (acks=all, long-poll
 /// fetches, controller round trips) runs in the returned future.
-pub fn dispatch(ctx: Arc<NodeContext>, request: Request) -> PendingResponse {
+pub fn dispatch(ctx: Arc<NodeContext>, request: Request, peer: IpAddr) -> PendingResponse {
     let (api, version, correlation_id) =
         (request.api, request.header.request_api_version, request.header.correlation_id);
+    let client =
+        Client { host: peer, id: request.header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default() };
     match request.body {
         RequestKind::Produce(r) => {
             let in_flight = handlers::produce::append(&ctx, r, version);
@@ -73,7 +93,7 @@ pub fn dispatch(ctx: Arc<NodeContext>, request: Request) -> PendingResponse {
                 encode(api, version, correlation_id, &response)
             })
         }
-        body => Box::pin(async move { handle(&ctx, api, version, correlation_id, body).await }),
+        body => Box::pin(async move { handle(&ctx, api, version, correlation_id, body, client).await }),
     }
 }
 
@@ -87,11 +107,28 @@ fn encode(api: ApiKey, version: i16, correlation_id: i32, response: &ResponseKin
     }
 }
 
-async fn handle(ctx: &NodeContext, api: ApiKey, version: i16, correlation_id: i32, body: RequestKind) -> Option<Bytes> {
+async fn handle(
+    ctx: &NodeContext,
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: RequestKind,
+    client: Client,
+) -> Option<Bytes> {
     let response = match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(handlers::metadata::handle(ctx, r, version).await),
-        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(handlers::coordinator::find(r, version)),
+        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(handlers::groups::find(ctx, r, version).await),
+        RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(handlers::groups::join(ctx, r, version, &client).await),
+        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(handlers::groups::sync(ctx, r, version).await),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(handlers::groups::heartbeat(ctx, r, version)),
+        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(handlers::groups::leave(ctx, r, version)),
+        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(handlers::groups::commit(ctx, r, version).await),
+        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(handlers::groups::fetch_offsets(ctx, r, version)),
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(handlers::groups::list(ctx, r, version)),
+        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(handlers::groups::describe(ctx, r, version)),
+        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(handlers::groups::delete(ctx, r).await),
+        RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(handlers::groups::delete_offsets(ctx, r).await),
         RequestKind::Fetch(r) => ResponseKind::Fetch(handlers::fetch::handle(ctx, r, version).await),
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(handlers::list_offsets::handle(ctx, r, version)),
         RequestKind::OffsetForLeaderEpoch(r) => {

@@ -447,6 +447,22 @@ impl Partition {
         })
     }
 
+    /// Whole batches from `offset` up to the log end, for the leader's own
+    /// use (rebuilding state from the log), with the log end offset; no
+    /// follower bookkeeping. `offset` below the log start reads from the start.
+    pub fn read_local(&self, offset: i64, max_bytes: usize, leader_epoch: i32) -> Result<(Bytes, i64), PartitionError> {
+        let st = self.state();
+        if !st.is_leader || st.leader_epoch != leader_epoch {
+            return Err(PartitionError::NotLeader);
+        }
+        let end = st.log.log_end_offset();
+        let offset = offset.max(st.log.log_start_offset());
+        if offset >= end {
+            return Ok((Bytes::new(), end));
+        }
+        Ok((st.log.read(offset, max_bytes, end)?, end))
+    }
+
     /// ListOffsets: -2 earliest, -1 latest (the high watermark), else the
     /// first batch whose max timestamp is at or after `timestamp`.
     pub fn offset_for(&self, timestamp: i64, current_leader_epoch: i32) -> Result<(i64, i64), PartitionError> {

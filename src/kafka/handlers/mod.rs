@@ -3,8 +3,8 @@
 
 pub mod cluster;
 pub mod configs;
-pub mod coordinator;
 pub mod fetch;
+pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;

@@ -1,0 +1,173 @@
+//! The consumer-group endpoints. Each broker knows only the groups it
+//! coordinates (`/v1/internal/groups`); the public endpoints ask every live
+//! broker and merge, then add log end offsets and lag from the partitions'
+//! leaders. Assignments are decoded from the consumer protocol's bytes, so
+//! the view shows what the clients' assignor (range, round robin, …) decided.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::topics::leader_offsets;
+use super::{ApiResult, Ctx, HttpError};
+use crate::error::{ApiError, ErrorCode};
+use crate::group::assignment::decode_assignment;
+use crate::node::NodeContext;
+
+/// The groups this broker coordinates, with members, decoded assignments
+/// and committed offsets (`[topic, partition, offset]`).
+fn local_groups(ctx: &NodeContext) -> Vec<Value> {
+    let Ok(listing) = ctx.groups.list() else { return Vec::new() };
+    let image = ctx.quorum.image();
+    listing
+        .into_iter()
+        .filter_map(|g| ctx.groups.describe(ctx.groups.partition_of(&image, &g.group_id), &g.group_id).ok().flatten())
+        .map(|d| {
+            let members: Vec<Value> = d
+                .members
+                .iter()
+                .map(|m| {
+                    let assignment: Vec<Value> = decode_assignment(&m.assignment)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(topic, partitions)| json!({"topic": topic, "partitions": partitions}))
+                        .collect();
+                    json!({
+                        "member_id": m.member_id,
+                        "instance_id": m.instance_id,
+                        "client_id": m.client_id,
+                        "host": m.client_host,
+                        "assignment": assignment,
+                    })
+                })
+                .collect();
+            let committed: Vec<(String, i32, i64)> = d.offsets.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect();
+            json!({
+                "group_id": d.group_id,
+                "state": d.state.name(),
+                "generation": d.generation,
+                "protocol_type": d.protocol_type,
+                "protocol": if d.protocol.is_empty() { Value::Null } else { json!(d.protocol) },
+                "members": members,
+                "committed": committed,
+            })
+        })
+        .collect()
+}
+
+pub async fn internal_groups(State(ctx): Ctx) -> Json<Vec<Value>> {
+    Json(local_groups(&ctx))
+}
+
+/// Every group in the cluster, from each live broker; a broker that does not
+/// answer within a second is left out.
+async fn all_groups(ctx: &NodeContext) -> Vec<Value> {
+    let image = ctx.quorum.image();
+    let mut groups = local_groups(ctx);
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(1)).build().unwrap_or_default();
+    let asks =
+        image.brokers.values().filter(|b| b.broker_id != ctx.broker_id && image.is_active(b.broker_id)).map(|b| {
+            let (http, url) = (http.clone(), format!("http://{}/v1/internal/groups", b.admin));
+            async move { http.get(url).send().await.ok()?.json::<Vec<Value>>().await.ok() }
+        });
+    for answer in futures_util::future::join_all(asks).await.into_iter().flatten() {
+        groups.extend(answer);
+    }
+    // During a coordinator move two brokers may both answer: keep the higher generation.
+    let mut by_id: BTreeMap<String, Value> = BTreeMap::new();
+    for g in groups {
+        let id = g["group_id"].as_str().unwrap_or_default().to_string();
+        let newer = by_id.get(&id).is_none_or(|old| g["generation"].as_i64() > old["generation"].as_i64());
+        if newer {
+            by_id.insert(id, g);
+        }
+    }
+    by_id.into_values().collect()
+}
+
+pub async fn list(State(ctx): Ctx) -> Json<Vec<Value>> {
+    let groups = all_groups(&ctx).await;
+    Json(
+        groups
+            .into_iter()
+            .map(|g| {
+                json!({
+                    "group_id": g["group_id"],
+                    "state": g["state"],
+                    "members": g["members"].as_array().map_or(0, Vec::len),
+                    "protocol": g["protocol"],
+                })
+            })
+            .collect(),
+    )
+}
+
+/// `[{topic, partition, committed, log_end_offset, lag}]` for a group's
+/// committed offsets; the log end is the high watermark (what a consumer can
+/// reach), null when the partition's leader does not answer.
+async fn offsets_with_lag(ctx: &NodeContext, committed: &[(String, i32, i64)]) -> Vec<Value> {
+    let image = ctx.quorum.image();
+    let mut ends: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
+    for topic in committed.iter().map(|(t, _, _)| t.clone()).collect::<std::collections::BTreeSet<_>>() {
+        if let Some(t) = image.topics.get(&topic) {
+            let offsets = leader_offsets(ctx, &image, t).await;
+            ends.insert(topic, offsets.into_iter().map(|(p, o)| (p, o.high_watermark)).collect());
+        }
+    }
+    committed
+        .iter()
+        .map(|(topic, partition, offset)| {
+            let end = ends.get(topic).and_then(|e| e.get(partition)).copied();
+            json!({
+                "topic": topic,
+                "partition": partition,
+                "committed": offset,
+                "log_end_offset": end,
+                "lag": end.map(|e| (e - offset).max(0)),
+            })
+        })
+        .collect()
+}
+
+pub async fn describe(State(ctx): Ctx, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let groups = all_groups(&ctx).await;
+    let Some(g) = groups.into_iter().find(|g| g["group_id"] == id.as_str()) else {
+        return Err(HttpError(ApiError::new(ErrorCode::GroupIdNotFound, format!("no consumer group `{id}`"))));
+    };
+    let committed: Vec<(String, i32, i64)> = serde_json::from_value(g["committed"].clone()).unwrap_or_default();
+    let offsets = offsets_with_lag(&ctx, &committed).await;
+    Ok(Json(json!({
+        "group_id": g["group_id"],
+        "state": g["state"],
+        "generation": g["generation"],
+        "protocol_type": g["protocol_type"],
+        "protocol": g["protocol"],
+        "members": g["members"],
+        "offsets": offsets,
+    })))
+}
+
+/// Prometheus lines for the lag of every group this broker coordinates.
+pub async fn lag_metrics(ctx: &NodeContext) -> String {
+    let mut out = String::from(
+        "# HELP strom_consumer_group_lag Records between a group's committed offset and the high watermark.\n\
+         # TYPE strom_consumer_group_lag gauge\n",
+    );
+    for g in local_groups(ctx) {
+        let committed: Vec<(String, i32, i64)> = serde_json::from_value(g["committed"].clone()).unwrap_or_default();
+        let group = g["group_id"].as_str().unwrap_or_default().replace(['\\', '"', '\n'], "_");
+        for row in offsets_with_lag(ctx, &committed).await {
+            if let Some(lag) = row["lag"].as_i64() {
+                out.push_str(&format!(
+                    "strom_consumer_group_lag{{group=\"{group}\",topic=\"{}\",partition=\"{}\"}} {lag}\n",
+                    row["topic"].as_str().unwrap_or_default(),
+                    row["partition"]
+                ));
+            }
+        }
+    }
+    out
+}

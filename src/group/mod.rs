@@ -1,0 +1,827 @@
+//! The consumer-group coordinator. Groups are spread over the partitions of
+//! `__consumer_offsets` by a hash of their id; the broker leading a partition
+//! coordinates its groups. Group metadata and committed offsets are written
+//! to that partition as records and answered once the high watermark passes
+//! them, so they are replicated like any data. When this broker becomes the
+//! leader of such a partition it reads the partition back into memory
+//! (requests meanwhile get COORDINATOR_LOAD_IN_PROGRESS); when it stops
+//! leading it drops those groups (NOT_COORDINATOR).
+//!
+//! The state machine of one group is pure and lives in `state.rs`; this
+//! module holds the groups, does the writing and loading, and runs the timers.
+
+pub mod assignment;
+pub mod records;
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use kafka_protocol::ResponseError;
+use tokio::sync::{oneshot, watch};
+
+use crate::config::Settings;
+use crate::replication::partition::{now_ms, CommitWait, PartitionError};
+use crate::replication::ReplicaManager;
+use records::{GroupValue, OffsetValue, RecordKey};
+pub use state::{CommitAuth, Committed, Group, GroupLimits, GroupState, JoinRequest, JoinResult, SyncResult};
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// How often session and rebalance timeouts are checked.
+const TICK: Duration = Duration::from_millis(100);
+/// Bytes read per step while loading a partition.
+const LOAD_CHUNK: usize = 1 << 20;
+
+/// The `__consumer_offsets` partition of `group`: Kafka's
+/// `abs(groupId.hashCode) % partitions`, with Java's string hash, so a group
+/// lands on the same partition as it would in Kafka.
+pub fn partition_for(group: &str, partitions: i32) -> i32 {
+    let mut h: i32 = 0;
+    for unit in group.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+    }
+    // Kafka's `Utils.abs`: the absolute value, and 0 for i32::MIN.
+    h.checked_abs().unwrap_or(0) % partitions.max(1)
+}
+
+/// A topic name and partition index.
+pub type TopicPartition = (String, i32);
+
+/// The groups of one `__consumer_offsets` partition led here.
+#[derive(Debug)]
+struct Shard {
+    leader_epoch: i32,
+    loaded: bool,
+    groups: HashMap<String, Group>,
+}
+
+/// One partition's commit as a handler hands it in.
+#[derive(Debug, Clone)]
+pub struct OffsetCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+/// A group as ListGroups and the admin list show it.
+#[derive(Debug, Clone)]
+pub struct GroupListing {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: GroupState,
+    pub protocol: Option<String>,
+    pub members: usize,
+}
+
+/// A member as DescribeGroups and the admin view show it.
+#[derive(Debug, Clone)]
+pub struct MemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub group_id: String,
+    pub state: GroupState,
+    pub generation: i32,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<MemberDescription>,
+    pub offsets: BTreeMap<(String, i32), i64>,
+}
+
+pub struct GroupCoordinator {
+    settings: Arc<Settings>,
+    replicas: Arc<ReplicaManager>,
+    shards: Mutex<HashMap<i32, Shard>>,
+    limits: GroupLimits,
+}
+
+fn write_error(e: &PartitionError) -> ResponseError {
+    // Kafka's mapping for group writes: clients retry the coordinator lookup.
+    match e {
+        PartitionError::NotLeader | PartitionError::FencedLeaderEpoch { .. } => ResponseError::NotCoordinator,
+        PartitionError::NotEnoughReplicas { .. } => ResponseError::CoordinatorNotAvailable,
+        PartitionError::Log(crate::log::LogError::MessageTooLarge { .. }) => ResponseError::InvalidCommitOffsetSize,
+        _ => ResponseError::UnknownServerError,
+    }
+}
+
+impl GroupCoordinator {
+    pub fn new(settings: Arc<Settings>, replicas: Arc<ReplicaManager>) -> Self {
+        let ms = |k: &str, d: u64| Duration::from_millis(settings.int(k).map_or(d, |v| v.max(0) as u64));
+        let limits = GroupLimits {
+            min_session_timeout: ms("group.min.session.timeout.ms", 6000),
+            max_session_timeout: ms("group.max.session.timeout.ms", 1_800_000),
+            max_size: settings.int("group.max.size").map_or(usize::MAX, |v| v.max(1) as usize),
+            initial_rebalance_delay: ms("group.initial.rebalance.delay.ms", 3000),
+        };
+        GroupCoordinator { settings, replicas, shards: Mutex::new(HashMap::new()), limits }
+    }
+
+    fn shards(&self) -> MutexGuard<'_, HashMap<i32, Shard>> {
+        self.shards.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many partitions `__consumer_offsets` has (or will have).
+    fn partition_count(&self, image: &strom_raft::MetadataImage) -> i32 {
+        image.topics.get(OFFSETS_TOPIC).map_or_else(
+            || self.settings.int("offsets.topic.num.partitions").unwrap_or(50) as i32,
+            |t| t.partitions.len() as i32,
+        )
+    }
+
+    /// The partition coordinating `group`, given the current metadata.
+    pub fn partition_of(&self, image: &strom_raft::MetadataImage, group: &str) -> i32 {
+        partition_for(group, self.partition_count(image))
+    }
+
+    /// Runs `f` on the group (created when `create`), if this broker coordinates it.
+    /// `Ok(None)`: the group does not exist. Any metadata the transition asks
+    /// to store is written in the background.
+    fn with_group<R>(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        create: bool,
+        f: impl FnOnce(&mut Group) -> R,
+    ) -> Result<Option<R>, ResponseError> {
+        let (result, persist) = {
+            let mut shards = self.shards();
+            let shard = shards.get_mut(&partition).ok_or(ResponseError::NotCoordinator)?;
+            if !shard.loaded {
+                return Err(ResponseError::CoordinatorLoadInProgress);
+            }
+            if !shard.groups.contains_key(group_id) {
+                if !create {
+                    return Ok(None);
+                }
+                shard.groups.insert(group_id.to_string(), Group::new(group_id, now_ms()));
+            }
+            let Some(group) = shard.groups.get_mut(group_id) else { return Ok(None) };
+            let result = f(group);
+            let persist = group.take_persist().map(|v| (v, group.awaiting_store));
+            (result, persist)
+        };
+        if let Some((value, generation)) = persist {
+            self.store_group(partition, group_id.to_string(), value, generation);
+        }
+        Ok(Some(result))
+    }
+
+    /// Writes group metadata; a leader's assignment (generation `Some`) is
+    /// handed to its members once stored.
+    fn store_group(self: &Arc<Self>, partition: i32, group_id: String, value: GroupValue, generation: Option<i32>) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let key = RecordKey::Group { group: group_id.clone() };
+            let result = this.write(partition, vec![(key.encode(), Some(value.encode()))]).await.map(|_| ());
+            if let Err(e) = result {
+                tracing::warn!(group = %group_id, error = ?e, "storing group metadata failed");
+            }
+            if let Some(generation) = generation {
+                let mut shards = this.shards();
+                if let Some(g) = shards.get_mut(&partition).and_then(|s| s.groups.get_mut(&group_id)) {
+                    g.stored(generation, result, Instant::now(), now_ms());
+                    if g.state == GroupState::Stable {
+                        tracing::info!(group = %group_id, generation, members = g.members.len(), "group stable");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Appends `(key, value)` records to a partition of `__consumer_offsets`
+    /// as its leader and waits until the high watermark passes them; the
+    /// log offset of the first record.
+    async fn write(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> Result<i64, ResponseError> {
+        let p = self.replicas.get(OFFSETS_TOPIC, partition).ok_or(ResponseError::NotCoordinator)?;
+        let now = now_ms();
+        let batch: Vec<Record> = records
+            .into_iter()
+            .enumerate()
+            .map(|(i, (key, value))| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp: now,
+                key: Some(key),
+                value,
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+        RecordBatchEncoder::encode(&mut buf, &batch, &options).map_err(|_| ResponseError::UnknownServerError)?;
+        let appended = p.append_as_leader(&mut buf, true).map_err(|e| write_error(&e))?;
+        let timeout =
+            Duration::from_millis(self.settings.int("offsets.commit.timeout.ms").unwrap_or(5000).max(1) as u64);
+        match p.wait_for_commit(appended.last_offset, appended.leader_epoch, timeout).await {
+            CommitWait::Committed => Ok(appended.base_offset),
+            CommitWait::TimedOut => Err(ResponseError::CoordinatorNotAvailable),
+            CommitWait::NotLeader => Err(ResponseError::NotCoordinator),
+        }
+    }
+
+    /// Follows leadership of `__consumer_offsets` partitions and runs the
+    /// session, rebalance and offset-retention timers until `shutdown`.
+    pub async fn run(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
+        let mut roles = self.replicas.subscribe();
+        let mut tick = tokio::time::interval(TICK);
+        let retention_every = Duration::from_millis(
+            self.settings.int("offsets.retention.check.interval.ms").unwrap_or(600_000).max(100) as u64,
+        );
+        let mut retention = tokio::time::interval(retention_every);
+        for t in [&mut tick, &mut retention] {
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        }
+        self.follow_leadership();
+        loop {
+            tokio::select! {
+                changed = roles.changed() => {
+                    if changed.is_err() { break }
+                    self.follow_leadership();
+                }
+                _ = tick.tick() => self.tick(),
+                _ = retention.tick() => self.expire_offsets().await,
+                _ = shutdown.changed() => break,
+            }
+        }
+    }
+
+    /// Loads the partitions newly led here and drops the ones no longer led.
+    fn follow_leadership(self: &Arc<Self>) {
+        let led: HashMap<i32, i32> = self
+            .replicas
+            .all()
+            .into_iter()
+            .filter(|p| p.topic == OFFSETS_TOPIC && p.is_leader())
+            .map(|p| (p.index, p.leader_epoch()))
+            .collect();
+        let mut to_load = Vec::new();
+        {
+            let mut shards = self.shards();
+            shards.retain(|index, shard| {
+                let keep = led.get(index) == Some(&shard.leader_epoch);
+                if !keep {
+                    tracing::info!(
+                        partition = index,
+                        groups = shard.groups.len(),
+                        "no longer coordinating the groups of this partition"
+                    );
+                    for g in shard.groups.values_mut() {
+                        g.abandon();
+                    }
+                }
+                keep
+            });
+            for (&index, &epoch) in &led {
+                if let std::collections::hash_map::Entry::Vacant(e) = shards.entry(index) {
+                    e.insert(Shard { leader_epoch: epoch, loaded: false, groups: HashMap::new() });
+                    to_load.push((index, epoch));
+                }
+            }
+        }
+        for (index, epoch) in to_load {
+            let this = self.clone();
+            tokio::spawn(async move { this.load(index, epoch).await });
+        }
+    }
+
+    /// Reads a partition of `__consumer_offsets` into memory.
+    async fn load(self: Arc<Self>, index: i32, epoch: i32) {
+        let started = Instant::now();
+        let Some(p) = self.replicas.get(OFFSETS_TOPIC, index) else { return };
+        let mut groups: HashMap<String, Option<GroupValue>> = HashMap::new();
+        let mut offsets: HashMap<String, BTreeMap<(String, i32), Option<Committed>>> = HashMap::new();
+        let mut next = 0i64;
+        let mut records = 0usize;
+        loop {
+            let (chunk, end) = match p.read_local(next, LOAD_CHUNK, epoch) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::info!(partition = index, error = %e, "loading groups abandoned");
+                    return;
+                }
+            };
+            if chunk.is_empty() {
+                break;
+            }
+            let mut buf = chunk;
+            while buf.remaining() > 0 {
+                let set = match RecordBatchDecoder::decode(&mut buf) {
+                    Ok(set) => set,
+                    Err(e) => {
+                        tracing::error!(partition = index, offset = next, error = %e, "unreadable batch in __consumer_offsets; skipping the rest of the chunk");
+                        break;
+                    }
+                };
+                for r in set.records {
+                    next = next.max(r.offset + 1);
+                    if r.control {
+                        continue;
+                    }
+                    records += 1;
+                    apply_loaded(&mut groups, &mut offsets, &r);
+                }
+            }
+            if next >= end {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        let now = Instant::now();
+        let now_ms = now_ms();
+        let mut loaded: HashMap<String, Group> = HashMap::new();
+        for (id, value) in groups {
+            if let Some(value) = value {
+                loaded.insert(id.clone(), Group::from_stored(&id, &value, now, now_ms));
+            }
+        }
+        for (id, commits) in offsets {
+            let group = loaded.entry(id.clone()).or_insert_with(|| Group::new(&id, now_ms));
+            for ((topic, partition), c) in commits {
+                if let Some(c) = c {
+                    group.apply_offset(&topic, partition, c);
+                }
+            }
+        }
+        loaded.retain(|_, g| !(g.members.is_empty() && g.offsets.is_empty() && g.generation == 0));
+        let mut shards = self.shards();
+        if let Some(shard) = shards.get_mut(&index).filter(|s| s.leader_epoch == epoch && !s.loaded) {
+            tracing::info!(
+                partition = index,
+                leader_epoch = epoch,
+                groups = loaded.len(),
+                records,
+                millis = started.elapsed().as_millis() as u64,
+                "loaded consumer groups"
+            );
+            shard.groups = loaded;
+            shard.loaded = true;
+        }
+    }
+
+    fn tick(self: &Arc<Self>) {
+        let now = Instant::now();
+        let now_ms = now_ms();
+        let mut persists = Vec::new();
+        {
+            let mut shards = self.shards();
+            for (&index, shard) in shards.iter_mut().filter(|(_, s)| s.loaded) {
+                for g in shard.groups.values_mut() {
+                    g.tick(now, now_ms);
+                    if let Some(v) = g.take_persist() {
+                        persists.push((index, g.id.clone(), v, g.awaiting_store));
+                    }
+                }
+            }
+        }
+        for (index, id, value, generation) in persists {
+            self.store_group(index, id, value, generation);
+        }
+    }
+
+    /// Drops the offsets of groups empty for longer than `offsets.retention.minutes`,
+    /// and groups left with nothing.
+    async fn expire_offsets(self: &Arc<Self>) {
+        let retention_ms = self.settings.int("offsets.retention.minutes").unwrap_or(10_080).saturating_mul(60_000);
+        let now_ms = now_ms();
+        // (partition, group, expired offsets, whether the group goes too)
+        type Expiry = (i32, String, Vec<(String, i32)>, bool);
+        let mut work: Vec<Expiry> = Vec::new();
+        {
+            let shards = self.shards();
+            for (&index, shard) in shards.iter().filter(|(_, s)| s.loaded) {
+                for g in shard.groups.values() {
+                    let expired = g.expired_offsets(now_ms, retention_ms);
+                    let drop_group = g.state == GroupState::Empty && expired.len() == g.offsets.len();
+                    if !expired.is_empty() || (drop_group && g.members.is_empty()) {
+                        work.push((index, g.id.clone(), expired, drop_group));
+                    }
+                }
+            }
+        }
+        for (index, id, expired, drop_group) in work {
+            let mut tombstones: Vec<(Bytes, Option<Bytes>)> = expired
+                .iter()
+                .map(|(t, p)| (RecordKey::Offset { group: id.clone(), topic: t.clone(), partition: *p }.encode(), None))
+                .collect();
+            if drop_group {
+                tombstones.push((RecordKey::Group { group: id.clone() }.encode(), None));
+            }
+            match self.write(index, tombstones).await {
+                Ok(_) => {
+                    let mut shards = self.shards();
+                    if let Some(shard) = shards.get_mut(&index) {
+                        if let Some(g) = shard.groups.get_mut(&id) {
+                            for k in &expired {
+                                g.offsets.remove(k);
+                            }
+                            if drop_group && g.state == GroupState::Empty && g.offsets.is_empty() {
+                                shard.groups.remove(&id);
+                            }
+                        }
+                    }
+                    tracing::info!(group = %id, offsets = expired.len(), group_removed = drop_group, "expired committed offsets");
+                }
+                Err(e) => tracing::warn!(group = %id, error = ?e, "expiring offsets failed"),
+            }
+        }
+    }
+
+    pub async fn join(self: &Arc<Self>, partition: i32, group_id: &str, req: JoinRequest) -> JoinResult {
+        let member_id = req.member_id.clone();
+        let (tx, rx) = oneshot::channel();
+        let limits = self.limits;
+        let now = Instant::now();
+        match self.with_group(partition, group_id, true, |g| g.join(req, tx, &limits, now, now_ms())) {
+            Ok(_) => rx.await.unwrap_or_else(|_| JoinResult::error(ResponseError::NotCoordinator, &member_id)),
+            Err(e) => JoinResult::error(e, &member_id),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResult {
+        let (tx, rx) = oneshot::channel();
+        let now = Instant::now();
+        let call = self.with_group(partition, group_id, false, |g| {
+            g.sync(member_id, instance_id, generation, protocol_type, protocol, assignments, tx, now)
+        });
+        match call {
+            Ok(Some(())) => rx.await.unwrap_or_else(|_| SyncResult::error(ResponseError::NotCoordinator)),
+            Ok(None) => SyncResult::error(ResponseError::UnknownMemberId),
+            Err(e) => SyncResult::error(e),
+        }
+    }
+
+    pub fn heartbeat(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+    ) -> Result<(), ResponseError> {
+        let now = Instant::now();
+        self.with_group(partition, group_id, false, |g| g.heartbeat(member_id, instance_id, generation, now))?
+            .unwrap_or(Err(ResponseError::UnknownMemberId))
+    }
+
+    /// Removes members (by member id, or instance id); one result per member.
+    pub fn leave(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        members: &[(String, Option<String>)],
+    ) -> Result<Vec<Result<String, ResponseError>>, ResponseError> {
+        let now = Instant::now();
+        let results = self.with_group(partition, group_id, false, |g| {
+            members.iter().map(|(m, i)| g.leave(m, i.as_deref(), now, now_ms())).collect::<Vec<_>>()
+        })?;
+        Ok(results.unwrap_or_else(|| members.iter().map(|_| Err(ResponseError::UnknownMemberId)).collect()))
+    }
+
+    /// Validates and stores offset commits; one error (or none) per commit, in order.
+    pub async fn commit(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        auth: CommitAuth<'_>,
+        commits: Vec<OffsetCommit>,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let now = Instant::now();
+        let simple = auth.generation < 0 && auth.member_id.is_empty();
+        let checked = self.with_group(partition, group_id, simple, |g| g.check_commit(&auth, now))?;
+        match checked {
+            None => return Err(ResponseError::IllegalGeneration),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(())) => {}
+        }
+        let max_metadata = self.settings.int("offset.metadata.max.bytes").unwrap_or(4096).max(0) as usize;
+        let mut results: Vec<Option<ResponseError>> = vec![None; commits.len()];
+        let mut to_write = Vec::new();
+        let timestamp = now_ms();
+        for (i, c) in commits.iter().enumerate() {
+            if c.metadata.len() > max_metadata {
+                results[i] = Some(ResponseError::OffsetMetadataTooLarge);
+                continue;
+            }
+            to_write.push(i);
+        }
+        if to_write.is_empty() {
+            return Ok(results);
+        }
+        let records = to_write
+            .iter()
+            .map(|&i| {
+                let c = &commits[i];
+                let key =
+                    RecordKey::Offset { group: group_id.to_string(), topic: c.topic.clone(), partition: c.partition };
+                let value = OffsetValue {
+                    offset: c.offset,
+                    leader_epoch: c.leader_epoch,
+                    metadata: c.metadata.clone(),
+                    commit_timestamp: timestamp,
+                };
+                (key.encode(), Some(value.encode()))
+            })
+            .collect();
+        match self.write(partition, records).await {
+            Ok(base) => {
+                let _ = self.with_group(partition, group_id, true, |g| {
+                    for (n, &i) in to_write.iter().enumerate() {
+                        let c = &commits[i];
+                        g.apply_offset(
+                            &c.topic,
+                            c.partition,
+                            Committed {
+                                offset: c.offset,
+                                leader_epoch: c.leader_epoch,
+                                metadata: c.metadata.clone(),
+                                commit_timestamp: timestamp,
+                                record_offset: base + n as i64,
+                            },
+                        );
+                    }
+                });
+            }
+            Err(e) => {
+                for &i in &to_write {
+                    results[i] = Some(e);
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// Committed offsets of a group: of `partitions`, or all when `None`.
+    /// An unknown group has none.
+    pub fn fetch_offsets(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        partitions: Option<&[(String, i32)]>,
+    ) -> Result<Vec<(TopicPartition, Option<Committed>)>, ResponseError> {
+        let found = self.with_group(partition, group_id, false, |g| match partitions {
+            Some(wanted) => wanted.iter().map(|k| (k.clone(), g.offsets.get(k).cloned())).collect(),
+            None => g.offsets.iter().map(|(k, c)| (k.clone(), Some(c.clone()))).collect::<Vec<_>>(),
+        })?;
+        Ok(found.unwrap_or_else(|| partitions.unwrap_or_default().iter().map(|k| (k.clone(), None)).collect()))
+    }
+
+    /// Every group this broker coordinates; an error while any partition is loading.
+    pub fn list(&self) -> Result<Vec<GroupListing>, ResponseError> {
+        let shards = self.shards();
+        if shards.values().any(|s| !s.loaded) {
+            return Err(ResponseError::CoordinatorLoadInProgress);
+        }
+        let mut out: Vec<GroupListing> = shards
+            .values()
+            .flat_map(|s| s.groups.values())
+            .filter(|g| g.state != GroupState::Dead)
+            .map(|g| GroupListing {
+                group_id: g.id.clone(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                state: g.state,
+                protocol: g.protocol.clone(),
+                members: g.members.len(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(out)
+    }
+
+    /// A group as DescribeGroups shows it; `Ok(None)` if it does not exist.
+    pub fn describe(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+    ) -> Result<Option<GroupDescription>, ResponseError> {
+        self.with_group(partition, group_id, false, |g| GroupDescription {
+            group_id: g.id.clone(),
+            state: g.state,
+            generation: g.generation,
+            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+            protocol: g.protocol.clone().unwrap_or_default(),
+            members: g
+                .members
+                .values()
+                .map(|m| MemberDescription {
+                    member_id: m.id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: g
+                        .protocol
+                        .as_deref()
+                        .and_then(|p| m.protocols.iter().find(|(n, _)| n == p))
+                        .map(|(_, b)| b.clone())
+                        .unwrap_or_default(),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
+            offsets: g.offsets.iter().map(|(k, c)| (k.clone(), c.offset)).collect(),
+        })
+    }
+
+    /// Deletes an empty group with its offsets.
+    pub async fn delete_group(self: &Arc<Self>, partition: i32, group_id: &str) -> Result<(), ResponseError> {
+        let offsets = self.with_group(partition, group_id, false, |g| match g.state {
+            GroupState::Empty => Ok(g.offsets.keys().cloned().collect::<Vec<_>>()),
+            GroupState::Dead => Err(ResponseError::GroupIdNotFound),
+            _ => Err(ResponseError::NonEmptyGroup),
+        })?;
+        let offsets = offsets.ok_or(ResponseError::GroupIdNotFound)??;
+        let mut tombstones: Vec<(Bytes, Option<Bytes>)> = offsets
+            .into_iter()
+            .map(|(topic, p)| (RecordKey::Offset { group: group_id.to_string(), topic, partition: p }.encode(), None))
+            .collect();
+        tombstones.push((RecordKey::Group { group: group_id.to_string() }.encode(), None));
+        self.write(partition, tombstones).await?;
+        let mut shards = self.shards();
+        if let Some(shard) = shards.get_mut(&partition) {
+            if shard.groups.get(group_id).is_some_and(|g| g.state == GroupState::Empty) {
+                if let Some(mut g) = shard.groups.remove(group_id) {
+                    g.kill(now_ms());
+                }
+                tracing::info!(group = %group_id, "group deleted");
+            }
+        }
+        Ok(())
+    }
+
+    /// OffsetDelete: removes committed offsets of topics no member subscribes to.
+    pub async fn delete_offsets(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let plan = self.with_group(partition, group_id, false, |g| {
+            let subscribed = g.subscribed_topics();
+            if g.state != GroupState::Empty && subscribed.is_none() {
+                return Err(ResponseError::NonEmptyGroup);
+            }
+            let subscribed = subscribed.unwrap_or_default();
+            Ok(partitions
+                .iter()
+                .map(|(t, _)| subscribed.contains(t).then_some(ResponseError::GroupSubscribedToTopic))
+                .collect::<Vec<_>>())
+        })?;
+        let results = plan.ok_or(ResponseError::GroupIdNotFound)??;
+        let tombstones: Vec<(Bytes, Option<Bytes>)> = partitions
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_none())
+            .map(|((t, p), _)| {
+                (RecordKey::Offset { group: group_id.to_string(), topic: t.clone(), partition: *p }.encode(), None)
+            })
+            .collect();
+        if tombstones.is_empty() {
+            return Ok(results);
+        }
+        self.write(partition, tombstones).await?;
+        let _ = self.with_group(partition, group_id, false, |g| {
+            for ((t, p), r) in partitions.iter().zip(&results) {
+                if r.is_none() {
+                    g.offsets.remove(&(t.clone(), *p));
+                }
+            }
+        });
+        Ok(results)
+    }
+}
+
+/// Folds one record of `__consumer_offsets` into what a load has seen so far.
+fn apply_loaded(
+    groups: &mut HashMap<String, Option<GroupValue>>,
+    offsets: &mut HashMap<String, BTreeMap<(String, i32), Option<Committed>>>,
+    r: &Record,
+) {
+    let Some(key) = r.key.clone() else { return };
+    let key = match RecordKey::decode(key) {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::warn!(offset = r.offset, error = %e, "unreadable key in __consumer_offsets");
+            return;
+        }
+    };
+    match key {
+        RecordKey::Offset { group, topic, partition } => {
+            let value = match r.value.clone().map(OffsetValue::decode).transpose() {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(offset = r.offset, error = %e, "unreadable offset commit in __consumer_offsets");
+                    return;
+                }
+            };
+            let committed = value.map(|v| Committed {
+                offset: v.offset,
+                leader_epoch: v.leader_epoch,
+                metadata: v.metadata,
+                commit_timestamp: v.commit_timestamp,
+                record_offset: r.offset,
+            });
+            offsets.entry(group).or_default().insert((topic, partition), committed);
+        }
+        RecordKey::Group { group } => match r.value.clone().map(GroupValue::decode).transpose() {
+            Ok(Some(v)) => {
+                groups.insert(group, Some(v));
+            }
+            Ok(None) => {
+                // A deleted group takes its offsets with it.
+                groups.insert(group.clone(), None);
+                offsets.remove(&group);
+            }
+            Err(e) => tracing::warn!(offset = r.offset, error = %e, "unreadable group metadata in __consumer_offsets"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_land_where_kafka_puts_them() {
+        // Java: "my-group".hashCode() == -1_906_497_762; Kafka takes the absolute value.
+        assert_eq!(partition_for("my-group", 50), 12);
+        assert_eq!(partition_for("", 50), 0);
+        for g in ["a", "consumer-group-with-a-long-name", "ü-group"] {
+            assert!((0..7).contains(&partition_for(g, 7)));
+        }
+    }
+
+    fn record(offset: i64, key: RecordKey, value: Option<Bytes>) -> Record {
+        Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence: -1,
+            timestamp: 0,
+            key: Some(key.encode()),
+            value,
+            headers: Default::default(),
+        }
+    }
+
+    #[test]
+    fn loading_keeps_the_last_commit_and_honours_tombstones() {
+        let mut groups = HashMap::new();
+        let mut offsets = HashMap::new();
+        let commit = |o: i64| {
+            Some(OffsetValue { offset: o, leader_epoch: 0, metadata: String::new(), commit_timestamp: 1 }.encode())
+        };
+        let k = |g: &str, p| RecordKey::Offset { group: g.into(), topic: "t".into(), partition: p };
+        for r in [
+            record(0, k("a", 0), commit(5)),
+            record(1, k("a", 0), commit(9)),
+            record(2, k("a", 1), commit(3)),
+            record(3, k("a", 1), None),
+            record(4, k("b", 0), commit(1)),
+            record(5, RecordKey::Group { group: "b".into() }, None),
+        ] {
+            apply_loaded(&mut groups, &mut offsets, &r);
+        }
+        let a = &offsets["a"];
+        assert_eq!(a[&("t".to_string(), 0)].as_ref().map(|c| (c.offset, c.record_offset)), Some((9, 1)));
+        assert_eq!(a[&("t".to_string(), 1)], None);
+        assert!(!offsets.contains_key("b"), "a group tombstone drops its offsets");
+        assert_eq!(groups.get("b"), Some(&None));
+    }
+}

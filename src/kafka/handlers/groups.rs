@@ -1,0 +1,522 @@
+//! The consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
+//! DescribeGroups, DeleteGroups and OffsetDelete. Each translates between the
+//! wire versions and `crate::group`, which holds the groups.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::{split_addr, str_bytes};
+use crate::controller::protocol::ControllerRequest;
+use crate::error::ErrorCode;
+use crate::group::{CommitAuth, JoinRequest, OffsetCommit, OFFSETS_TOPIC};
+use crate::kafka::registry::Client;
+use crate::node::NodeContext;
+
+fn code(e: Option<ResponseError>) -> i16 {
+    e.map_or(0, |e| e.code())
+}
+
+fn opt_str(s: &Option<StrBytes>) -> Option<&str> {
+    s.as_ref().map(|s| s.as_str()).filter(|s| !s.is_empty())
+}
+
+/// Creates `__consumer_offsets` if it does not exist yet; at most one
+/// attempt every few seconds per broker, however many clients ask.
+async fn ensure_offsets_topic(ctx: &NodeContext) {
+    static LAST_ATTEMPT_MS: AtomicU64 = AtomicU64::new(0);
+    let now = crate::replication::partition::now_ms().max(0) as u64;
+    let last = LAST_ATTEMPT_MS.load(Ordering::Relaxed);
+    if now.saturating_sub(last) < 2000
+        || LAST_ATTEMPT_MS.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+    {
+        return;
+    }
+    let image = ctx.quorum.image();
+    let brokers = image.active_brokers().len().max(1) as i64;
+    let replication_factor = ctx.settings.int("offsets.topic.replication.factor").unwrap_or_else(|| brokers.min(3));
+    let configs: BTreeMap<String, String> =
+        [("cleanup.policy", "compact"), ("retention.ms", "-1"), ("segment.bytes", "104857600")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    let request = ControllerRequest::CreateTopic {
+        name: OFFSETS_TOPIC.to_string(),
+        partitions: ctx.settings.int("offsets.topic.num.partitions").unwrap_or(50),
+        replication_factor,
+        configs,
+    };
+    match crate::admin::controller_write(ctx, request).await {
+        Ok(()) => tracing::info!(replication_factor, "created {OFFSETS_TOPIC}"),
+        Err(e) if e.code == ErrorCode::TopicAlreadyExists => {}
+        Err(e) => tracing::warn!(error = %e, "creating {OFFSETS_TOPIC} failed; clients will retry"),
+    }
+}
+
+/// (node id, host, port) of the coordinator of `key`, or the error.
+async fn coordinator_of(ctx: &NodeContext, key: &str, key_type: i8) -> Result<(i32, StrBytes, i32), ResponseError> {
+    if key_type != 0 {
+        // Transactions have no coordinator in Strom.
+        return Err(ResponseError::CoordinatorNotAvailable);
+    }
+    if key.is_empty() {
+        return Err(ResponseError::InvalidGroupId);
+    }
+    let mut image = ctx.quorum.image();
+    if !image.topics.contains_key(OFFSETS_TOPIC) {
+        ensure_offsets_topic(ctx).await;
+        image = ctx.quorum.image();
+    }
+    let topic = image.topics.get(OFFSETS_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let partition = ctx.groups.partition_of(&image, key);
+    let leader =
+        topic.partitions.get(&partition).and_then(|p| p.leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let broker = image.brokers.get(&leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let (host, port) = split_addr(&broker.kafka);
+    Ok((leader, host, port))
+}
+
+pub async fn find(ctx: &NodeContext, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+    let mut r = FindCoordinatorResponse::default();
+    if version >= 4 {
+        for key in request.coordinator_keys {
+            let c = Coordinator::default().with_key(key.clone());
+            r.coordinators.push(match coordinator_of(ctx, key.as_str(), request.key_type).await {
+                Ok((node, host, port)) => c.with_node_id(BrokerId(node)).with_host(host).with_port(port),
+                Err(e) => c.with_node_id(BrokerId(-1)).with_port(-1).with_error_code(e.code()),
+            });
+        }
+        return r;
+    }
+    match coordinator_of(ctx, request.key.as_str(), request.key_type).await {
+        Ok((node, host, port)) => {
+            r.node_id = BrokerId(node);
+            r.host = host;
+            r.port = port;
+        }
+        Err(e) => {
+            r.error_code = e.code();
+            r.node_id = BrokerId(-1);
+            r.port = -1;
+            if version >= 1 {
+                r.error_message = Some(str_bytes(format!("{e:?}")));
+            }
+        }
+    }
+    r
+}
+
+fn partition_of(ctx: &NodeContext, group: &str) -> i32 {
+    ctx.groups.partition_of(&ctx.quorum.image(), group)
+}
+
+pub async fn join(ctx: &NodeContext, r: JoinGroupRequest, version: i16, client: &Client) -> JoinGroupResponse {
+    let group = r.group_id.0.to_string();
+    let mut response = JoinGroupResponse::default().with_member_id(r.member_id.clone()).with_generation_id(-1);
+    if version < 7 {
+        response.protocol_name = Some(StrBytes::default());
+    }
+    if group.is_empty() {
+        return response.with_error_code(ResponseError::InvalidGroupId.code());
+    }
+    let req = JoinRequest {
+        member_id: r.member_id.to_string(),
+        instance_id: if version >= 5 { opt_str(&r.group_instance_id).map(str::to_string) } else { None },
+        client_id: client.id.clone(),
+        client_host: format!("/{}", client.host),
+        session_timeout_ms: r.session_timeout_ms,
+        rebalance_timeout_ms: if version >= 1 { r.rebalance_timeout_ms } else { r.session_timeout_ms },
+        protocol_type: r.protocol_type.to_string(),
+        protocols: r.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
+    };
+    let partition = partition_of(ctx, &group);
+    let result = ctx.groups.join(partition, &group, req).await;
+    response.error_code = code(result.error);
+    response.generation_id = result.generation;
+    response.member_id = str_bytes(result.member_id);
+    response.leader = str_bytes(result.leader);
+    if version >= 7 {
+        response.protocol_type = result.protocol_type.map(str_bytes);
+        response.protocol_name = result.protocol.map(str_bytes);
+    } else {
+        response.protocol_name = Some(str_bytes(result.protocol.unwrap_or_default()));
+    }
+    response.members = result
+        .members
+        .into_iter()
+        .map(|m| {
+            let mut member =
+                JoinGroupResponseMember::default().with_member_id(str_bytes(m.member_id)).with_metadata(m.metadata);
+            if version >= 5 {
+                member.group_instance_id = m.instance_id.map(str_bytes);
+            }
+            member
+        })
+        .collect();
+    response
+}
+
+pub async fn sync(ctx: &NodeContext, r: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    let group = r.group_id.0.to_string();
+    if group.is_empty() {
+        return SyncGroupResponse::default().with_error_code(ResponseError::InvalidGroupId.code());
+    }
+    let instance = if version >= 3 { opt_str(&r.group_instance_id) } else { None };
+    let (ptype, pname) =
+        if version >= 5 { (opt_str(&r.protocol_type), opt_str(&r.protocol_name)) } else { (None, None) };
+    let assignments = r.assignments.into_iter().map(|a| (a.member_id.to_string(), a.assignment)).collect();
+    let partition = partition_of(ctx, &group);
+    let result = ctx
+        .groups
+        .sync(partition, &group, r.member_id.as_str(), instance, r.generation_id, ptype, pname, assignments)
+        .await;
+    let mut response =
+        SyncGroupResponse::default().with_error_code(code(result.error)).with_assignment(result.assignment);
+    if version >= 5 && result.error.is_none() {
+        response.protocol_type = result.protocol_type.map(str_bytes);
+        response.protocol_name = result.protocol.map(str_bytes);
+    }
+    response
+}
+
+pub fn heartbeat(ctx: &NodeContext, r: HeartbeatRequest, version: i16) -> HeartbeatResponse {
+    let group = r.group_id.0.to_string();
+    let instance = if version >= 3 { opt_str(&r.group_instance_id) } else { None };
+    let result = if group.is_empty() {
+        Err(ResponseError::InvalidGroupId)
+    } else {
+        ctx.groups.heartbeat(partition_of(ctx, &group), &group, r.member_id.as_str(), instance, r.generation_id)
+    };
+    HeartbeatResponse::default().with_error_code(code(result.err()))
+}
+
+pub fn leave(ctx: &NodeContext, r: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    let group = r.group_id.0.to_string();
+    let members: Vec<(String, Option<String>)> = if version >= 3 {
+        r.members.iter().map(|m| (m.member_id.to_string(), opt_str(&m.group_instance_id).map(str::to_string))).collect()
+    } else {
+        vec![(r.member_id.to_string(), None)]
+    };
+    let mut response = LeaveGroupResponse::default();
+    match ctx.groups.leave(partition_of(ctx, &group), &group, &members) {
+        Err(e) => response.error_code = e.code(),
+        Ok(results) if version >= 3 => {
+            response.members = members
+                .iter()
+                .zip(results)
+                .map(|((member, instance), result)| {
+                    MemberResponse::default()
+                        .with_member_id(str_bytes(result.as_ref().map_or(member.clone(), Clone::clone)))
+                        .with_group_instance_id(instance.clone().map(str_bytes))
+                        .with_error_code(code(result.err()))
+                })
+                .collect();
+        }
+        Ok(results) => response.error_code = code(results.into_iter().next().and_then(Result::err)),
+    }
+    response
+}
+
+pub async fn commit(ctx: &NodeContext, r: OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
+    let group = r.group_id.0.to_string();
+    let image = ctx.quorum.image();
+    // Commits for partitions that do not exist are refused one by one.
+    let mut commits = Vec::new();
+    let mut slots = Vec::new();
+    let mut topics: Vec<OffsetCommitResponseTopic> = Vec::with_capacity(r.topics.len());
+    for (t, topic) in r.topics.iter().enumerate() {
+        let name = topic.name.0.to_string();
+        let known = image.topics.get(&name);
+        let mut partitions = Vec::with_capacity(topic.partitions.len());
+        for (p, part) in topic.partitions.iter().enumerate() {
+            let mut response = OffsetCommitResponsePartition::default().with_partition_index(part.partition_index);
+            if !known.is_some_and(|k| k.partitions.contains_key(&part.partition_index)) {
+                response.error_code = ResponseError::UnknownTopicOrPartition.code();
+            } else {
+                slots.push((t, p));
+                commits.push(OffsetCommit {
+                    topic: name.clone(),
+                    partition: part.partition_index,
+                    offset: part.committed_offset,
+                    leader_epoch: if version >= 6 { part.committed_leader_epoch } else { -1 },
+                    metadata: part.committed_metadata.as_ref().map(|m| m.to_string()).unwrap_or_default(),
+                });
+            }
+            partitions.push(response);
+        }
+        topics.push(OffsetCommitResponseTopic::default().with_name(topic.name.clone()).with_partitions(partitions));
+    }
+    let result = if group.is_empty() {
+        Err(ResponseError::InvalidGroupId)
+    } else if commits.is_empty() {
+        Ok(Vec::new())
+    } else {
+        let auth = CommitAuth {
+            member_id: r.member_id.as_str(),
+            instance_id: if version >= 7 { opt_str(&r.group_instance_id) } else { None },
+            generation: r.generation_id_or_member_epoch,
+        };
+        ctx.groups.commit(partition_of(ctx, &group), &group, auth, commits).await
+    };
+    match result {
+        Ok(errors) => {
+            for ((t, p), e) in slots.into_iter().zip(errors) {
+                topics[t].partitions[p].error_code = code(e);
+            }
+        }
+        Err(e) => {
+            for (t, p) in slots {
+                topics[t].partitions[p].error_code = e.code();
+            }
+            if group.is_empty() {
+                for t in &mut topics {
+                    for p in &mut t.partitions {
+                        p.error_code = e.code();
+                    }
+                }
+            }
+        }
+    }
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// One partition's committed offset: (partition, offset, leader epoch, metadata, error code).
+type FetchedPartition = (i32, i64, i32, String, i16);
+/// One group's committed offsets by topic.
+type FetchedTopics = Vec<(StrBytes, Vec<FetchedPartition>)>;
+
+fn fetch_group(
+    ctx: &NodeContext,
+    group: &str,
+    topics: Option<Vec<(StrBytes, Vec<i32>)>>,
+) -> Result<FetchedTopics, ResponseError> {
+    let wanted: Option<Vec<(String, i32)>> =
+        topics.as_ref().map(|ts| ts.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p))).collect());
+    let found = ctx.groups.fetch_offsets(partition_of(ctx, group), group, wanted.as_deref())?;
+    let mut by_topic: BTreeMap<String, Vec<FetchedPartition>> = BTreeMap::new();
+    for ((t, p), c) in found {
+        let row = match c {
+            Some(c) => (p, c.offset, c.leader_epoch, c.metadata, 0),
+            None => (p, -1, -1, String::new(), 0),
+        };
+        by_topic.entry(t).or_default().push(row);
+    }
+    // Keep the request's topic order when it named topics.
+    let order: Vec<String> = match &topics {
+        Some(ts) => ts.iter().map(|(t, _)| t.to_string()).collect(),
+        None => by_topic.keys().cloned().collect(),
+    };
+    let mut seen = BTreeSet::new();
+    Ok(order
+        .into_iter()
+        .filter(|t| seen.insert(t.clone()))
+        .map(|t| {
+            let rows = by_topic.remove(&t).unwrap_or_default();
+            (str_bytes(t), rows)
+        })
+        .collect())
+}
+
+pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    let mut response = OffsetFetchResponse::default();
+    if version >= 8 {
+        for g in r.groups {
+            let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0, t.partition_indexes)).collect());
+            let mut out = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
+            match fetch_group(ctx, g.group_id.as_str(), topics) {
+                Ok(rows) => {
+                    out.topics = rows
+                        .into_iter()
+                        .map(|(name, parts)| {
+                            OffsetFetchResponseTopics::default().with_name(TopicName(name)).with_partitions(
+                                parts
+                                    .into_iter()
+                                    .map(|(p, o, e, m, c)| {
+                                        OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(p)
+                                            .with_committed_offset(o)
+                                            .with_committed_leader_epoch(e)
+                                            .with_metadata(Some(str_bytes(m)))
+                                            .with_error_code(c)
+                                    })
+                                    .collect(),
+                            )
+                        })
+                        .collect()
+                }
+                Err(e) => out.error_code = e.code(),
+            }
+            response.groups.push(out);
+        }
+        return response;
+    }
+    let topics = r.topics.map(|ts| ts.into_iter().map(|t| (t.name.0, t.partition_indexes)).collect::<Vec<_>>());
+    let requested = topics.clone();
+    match fetch_group(ctx, r.group_id.as_str(), topics) {
+        Ok(rows) => {
+            response.topics = rows
+                .into_iter()
+                .map(|(name, parts)| {
+                    OffsetFetchResponseTopic::default().with_name(TopicName(name)).with_partitions(
+                        parts
+                            .into_iter()
+                            .map(|(p, o, e, m, c)| {
+                                let mut part = OffsetFetchResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(o)
+                                    .with_metadata(Some(str_bytes(m)))
+                                    .with_error_code(c);
+                                if version >= 5 {
+                                    part.committed_leader_epoch = e;
+                                }
+                                part
+                            })
+                            .collect(),
+                    )
+                })
+                .collect()
+        }
+        Err(e) if version >= 2 => response.error_code = e.code(),
+        Err(e) => {
+            // v1 has no top-level error: every requested partition carries it.
+            response.topics = requested
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, ps)| {
+                    OffsetFetchResponseTopic::default().with_name(TopicName(name)).with_partitions(
+                        ps.into_iter()
+                            .map(|p| {
+                                OffsetFetchResponsePartition::default()
+                                    .with_partition_index(p)
+                                    .with_committed_offset(-1)
+                                    .with_metadata(Some(StrBytes::default()))
+                                    .with_error_code(e.code())
+                            })
+                            .collect(),
+                    )
+                })
+                .collect();
+        }
+    }
+    response
+}
+
+pub fn list(ctx: &NodeContext, r: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+    let mut response = ListGroupsResponse::default();
+    match ctx.groups.list() {
+        Err(e) => response.error_code = e.code(),
+        Ok(groups) => {
+            let states: Vec<String> = r.states_filter.iter().map(|s| s.to_lowercase()).collect();
+            response.groups = groups
+                .into_iter()
+                .filter(|g| version < 4 || states.is_empty() || states.contains(&g.state.name().to_lowercase()))
+                .map(|g| {
+                    let mut listed = ListedGroup::default()
+                        .with_group_id(GroupId(str_bytes(g.group_id)))
+                        .with_protocol_type(str_bytes(g.protocol_type));
+                    if version >= 4 {
+                        listed.group_state = str_bytes(g.state.name());
+                    }
+                    listed
+                })
+                .collect();
+        }
+    }
+    response
+}
+
+pub fn describe(ctx: &NodeContext, r: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
+    let groups = r
+        .groups
+        .into_iter()
+        .map(|id| {
+            let mut out = DescribedGroup::default().with_group_id(id.clone());
+            match ctx.groups.describe(partition_of(ctx, id.as_str()), id.as_str()) {
+                Err(e) => out.error_code = e.code(),
+                // Kafka describes an unknown group as Dead, without an error.
+                Ok(None) => out.group_state = str_bytes("Dead"),
+                Ok(Some(d)) => {
+                    out.group_state = str_bytes(d.state.name());
+                    out.protocol_type = str_bytes(d.protocol_type);
+                    out.protocol_data = str_bytes(d.protocol);
+                    out.members = d
+                        .members
+                        .into_iter()
+                        .map(|m| {
+                            let mut member = DescribedGroupMember::default()
+                                .with_member_id(str_bytes(m.member_id))
+                                .with_client_id(str_bytes(m.client_id))
+                                .with_client_host(str_bytes(m.client_host))
+                                .with_member_metadata(m.metadata)
+                                .with_member_assignment(m.assignment);
+                            if version >= 4 {
+                                member.group_instance_id = m.instance_id.map(str_bytes);
+                            }
+                            member
+                        })
+                        .collect();
+                }
+            }
+            out
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
+}
+
+pub async fn delete(ctx: &NodeContext, r: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut results = Vec::with_capacity(r.groups_names.len());
+    for id in r.groups_names {
+        let result = ctx.groups.delete_group(partition_of(ctx, id.as_str()), id.as_str()).await;
+        results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(code(result.err())));
+    }
+    DeleteGroupsResponse::default().with_results(results)
+}
+
+pub async fn delete_offsets(ctx: &NodeContext, r: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let group = r.group_id.0.to_string();
+    let partitions: Vec<(String, i32)> = r
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), p.partition_index)))
+        .collect();
+    let mut response = OffsetDeleteResponse::default();
+    match ctx.groups.delete_offsets(partition_of(ctx, &group), &group, &partitions).await {
+        Err(e) => response.error_code = e.code(),
+        Ok(errors) => {
+            let mut errors = errors.into_iter();
+            response.topics = r
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let parts = t
+                        .partitions
+                        .into_iter()
+                        .map(|p| {
+                            OffsetDeleteResponsePartition::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(code(errors.next().flatten()))
+                        })
+                        .collect();
+                    OffsetDeleteResponseTopic::default().with_name(t.name).with_partitions(parts)
+                })
+                .collect();
+        }
+    }
+    response
+}
