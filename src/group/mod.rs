@@ -174,6 +174,10 @@ impl GroupCoordinator {
             let Some(group) = shard.groups.get_mut(group_id) else { return Ok(None) };
             let result = f(group);
             let persist = group.take_persist().map(|v| (v, group.awaiting_store));
+            if group.state == GroupState::Empty && group.generation == 0 && group.offsets.is_empty() {
+                // Nothing ever happened in it (a refused first join, say): not a group.
+                shard.groups.remove(group_id);
+            }
             (result, persist)
         };
         if let Some((value, generation)) = persist {
@@ -368,14 +372,19 @@ impl GroupCoordinator {
         loaded.retain(|_, g| !(g.members.is_empty() && g.offsets.is_empty() && g.generation == 0));
         let mut shards = self.shards();
         if let Some(shard) = shards.get_mut(&index).filter(|s| s.leader_epoch == epoch && !s.loaded) {
-            tracing::info!(
-                partition = index,
-                leader_epoch = epoch,
-                groups = loaded.len(),
-                records,
-                millis = started.elapsed().as_millis() as u64,
-                "loaded consumer groups"
-            );
+            let millis = started.elapsed().as_millis() as u64;
+            if records > 0 {
+                tracing::info!(
+                    partition = index,
+                    leader_epoch = epoch,
+                    groups = loaded.len(),
+                    records,
+                    millis,
+                    "loaded consumer groups"
+                );
+            } else {
+                tracing::debug!(partition = index, leader_epoch = epoch, "coordinating an empty partition");
+            }
             shard.groups = loaded;
             shard.loaded = true;
         }

@@ -135,6 +135,14 @@ pub async fn join(ctx: &NodeContext, r: JoinGroupRequest, version: i16, client: 
     if group.is_empty() {
         return response.with_error_code(ResponseError::InvalidGroupId.code());
     }
+    // Every member's metadata is stored in one record of __consumer_offsets:
+    // a member whose metadata alone could never fit is refused here.
+    let metadata_bytes: usize = r.protocols.iter().map(|p| p.metadata.len() + p.name.len()).sum();
+    let limit = ctx.settings.int("message.max.bytes").unwrap_or(1_048_588).max(0) as usize;
+    if metadata_bytes > limit / 2 {
+        tracing::warn!(group = %group, bytes = metadata_bytes, limit, "JoinGroup refused: protocol metadata too large");
+        return response.with_error_code(ResponseError::InvalidRequest.code());
+    }
     let req = JoinRequest {
         member_id: r.member_id.to_string(),
         instance_id: if version >= 5 { opt_str(&r.group_instance_id).map(str::to_string) } else { None },
