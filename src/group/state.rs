@@ -81,6 +81,9 @@ pub struct JoinResult {
     pub member_id: String,
     /// Every member's metadata for the chosen protocol; for the leader only.
     pub members: Vec<JoinedMember>,
+    /// A static leader rejoining a stable group: the assignment stands and
+    /// need not be computed again (KIP-814; SyncGroup returns the stored one).
+    pub skip_assignment: bool,
 }
 
 impl JoinResult {
@@ -93,6 +96,7 @@ impl JoinResult {
             leader: String::new(),
             member_id: member_id.to_string(),
             members: Vec::new(),
+            skip_assignment: false,
         }
     }
 }
@@ -432,10 +436,14 @@ impl Group {
         }
         self.members.insert(new_id.clone(), member);
         match self.state {
-            GroupState::Stable if unchanged && !was_leader => {
-                // Nothing changes for the others: answer with the current generation.
-                let result = self.join_result_for(&new_id, false);
+            GroupState::Stable if unchanged => {
+                // Nothing changes for the others: answer with the current
+                // generation. A leader learns the members, but its SyncGroup
+                // gets the stored assignment whatever it computes.
+                let mut result = self.join_result_for(&new_id, was_leader);
+                result.skip_assignment = was_leader;
                 let _ = reply.send(result);
+                self.persist = Some(self.stored_value());
             }
             GroupState::PreparingRebalance => {
                 if let Some(m) = self.members.get_mut(&new_id) {
@@ -520,6 +528,7 @@ impl Group {
             } else {
                 Vec::new()
             },
+            skip_assignment: false,
         }
     }
 
@@ -1071,6 +1080,17 @@ mod tests {
         assert_eq!(g.heartbeat(&b.member_id, Some("i2"), 2, now), Err(ResponseError::FencedInstanceId));
         let mut s = sync(&mut g, &b2.member_id, 2, vec![]);
         assert_eq!(got(&mut s).expect("synced").assignment, Bytes::from_static(b"B"));
+        assert!(g.take_persist().is_some_and(|v| v.members.iter().any(|m| m.member_id == b2.member_id)));
+
+        // The leader restarts too: still no rebalance; it learns the members but
+        // is told to keep the assignment, and its SyncGroup returns the stored one.
+        let mut a3 = join(&mut g, join_req("", Some("i1")), now);
+        let a3 = got(&mut a3).expect("answered at once, no rebalance");
+        assert_eq!((a3.generation, a3.leader.clone(), a3.skip_assignment), (2, a3.member_id.clone(), true));
+        assert_eq!(a3.members.len(), 2);
+        let mut s = sync(&mut g, &a3.member_id, 2, vec![(a3.member_id.clone(), Bytes::from_static(b"other"))]);
+        assert_eq!(got(&mut s).expect("synced").assignment, Bytes::from_static(b"A"));
+        assert_eq!(g.state, GroupState::Stable);
     }
 
     #[test]

@@ -1,16 +1,24 @@
 """A few Kafka requests spoken by hand, for what the client libraries hide:
-ApiVersions, a raw Produce (to see the broker's own partition error code) and a
-raw Fetch (to see the compression attribute of the stored batches).
+ApiVersions, a raw Produce (to see the broker's own partition error code), a
+raw Fetch (to see the compression attribute of the stored batches), and the
+consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
+OffsetDelete) to see the coordinator's own error codes.
 
-Only non-flexible request versions (header v1) are used. Standard library plus
-`crc32c` for the record batch checksum, imported only when a batch is built.
+Non-flexible request versions (header v1) unless a helper says otherwise:
+FindCoordinator v3/v4 and Heartbeat v4 are flexible (header v2, compact
+strings, tagged fields). Standard library plus `crc32c` for the record batch
+checksum, imported only when a batch is built.
 """
 import socket
 import struct
 
 API_PRODUCE, API_FETCH, API_LIST_OFFSETS, API_METADATA = 0, 1, 2, 3
-API_FIND_COORDINATOR = 10
+API_OFFSET_COMMIT, API_OFFSET_FETCH, API_FIND_COORDINATOR = 8, 9, 10
+API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP, API_SYNC_GROUP = 11, 12, 13, 14
+API_DESCRIBE_GROUPS, API_LIST_GROUPS = 15, 16
 API_API_VERSIONS, API_CREATE_TOPICS, API_INIT_PRODUCER_ID = 18, 19, 22
+API_DELETE_GROUPS, API_OFFSET_DELETE = 42, 47
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -47,16 +55,7 @@ def nbytes(b):
 
 
 def varint(v):
-    v = (v << 1) ^ (v >> 63)  # zigzag
-    out = bytearray()
-    while True:
-        byte = v & 0x7F
-        v >>= 7
-        if v:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
+    return uvarint((v << 1) ^ (v >> 63))  # zigzag
 
 
 class Reader:
@@ -95,21 +94,73 @@ class Reader:
         return None if n < 0 else self.take(n)
 
     def varint(self):
+        raw = self.uvarint()
+        return (raw >> 1) ^ -(raw & 1)  # zigzag
+
+    # flexible versions
+
+    def uvarint(self):
         shift = 0
-        raw = 0
+        v = 0
         while True:
             b = self.take(1)[0]
-            raw |= (b & 0x7F) << shift
+            v |= (b & 0x7F) << shift
             if not b & 0x80:
-                break
+                return v
             shift += 7
-        return (raw >> 1) ^ -(raw & 1)
+
+    def cstring(self):
+        n = self.uvarint()
+        return None if n == 0 else self.take(n - 1).decode()
+
+    def carray_len(self):
+        n = self.uvarint()
+        return -1 if n == 0 else n - 1
+
+    def skip_tags(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint())
+
+
+# ---- flexible-version encoding (compact strings, tagged fields) ------------------------
+
+def uvarint(v):
+    out = bytearray()
+    while True:
+        byte = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def cstring(s):
+    """Compact (nullable) string: unsigned varint length + 1, 0 for null."""
+    if s is None:
+        return uvarint(0)
+    b = s.encode()
+    return uvarint(len(b) + 1) + b
+
+
+def carray(items):
+    """Compact array of already encoded items."""
+    return uvarint(len(items) + 1) + b"".join(items)
+
+
+NO_TAGS = uvarint(0)
 
 
 # ---- framing --------------------------------------------------------------------------
 
-def request(api_key, version, correlation_id, body, client_id="strom-tests"):
-    payload = i16(api_key) + i16(version) + i32(correlation_id) + string(client_id) + body
+def request(api_key, version, correlation_id, body, client_id="strom-tests", flexible=False):
+    """A request frame; flexible=True writes header v2 (header v1 + empty tagged fields)."""
+    payload = i16(api_key) + i16(version) + i32(correlation_id) + string(client_id)
+    if flexible:
+        payload += NO_TAGS
+    payload += body
     return i32(len(payload)) + payload
 
 
@@ -123,7 +174,8 @@ def recv_exact(sock, n):
     return bytes(buf)
 
 
-def recv_response(sock, correlation_id):
+def recv_response(sock, correlation_id, flexible=False):
+    """The response to correlation_id; flexible=True reads response header v1 (tagged fields)."""
     (size,) = struct.unpack(">i", recv_exact(sock, 4))
     if size < 4 or size > 512 * 1024 * 1024:
         raise ValueError(f"bad response size {size}")
@@ -132,13 +184,15 @@ def recv_response(sock, correlation_id):
     got = r.i32()
     if got != correlation_id:
         raise ValueError(f"correlation id {got}, expected {correlation_id}")
+    if flexible:
+        r.skip_tags()
     return r
 
 
-def roundtrip(addr, api_key, version, body, timeout=10, correlation_id=7):
+def roundtrip(addr, api_key, version, body, timeout=10, correlation_id=7, flexible=False, client_id="strom-tests"):
     with socket.create_connection(addr, timeout=timeout) as s:
-        s.sendall(request(api_key, version, correlation_id, body))
-        return recv_response(s, correlation_id)
+        s.sendall(request(api_key, version, correlation_id, body, client_id=client_id, flexible=flexible))
+        return recv_response(s, correlation_id, flexible=flexible)
 
 
 # ---- ApiVersions ------------------------------------------------------------------------
@@ -249,3 +303,319 @@ def fetch(addr, topic, partition, offset, max_bytes=8 * 1024 * 1024, version=4, 
         r.i64()
         r.i64()
     return err, hw, r.nbytes()
+
+
+# ---- consumer groups ----------------------------------------------------------------------
+#
+# Each helper opens its own connection (a group member is not tied to a connection) and
+# returns the broker's error codes as numbers. `array(...)` of encoded items is written as
+# i32 count + items.
+
+ERROR_NAMES = {
+    0: "NONE", 12: "OFFSET_METADATA_TOO_LARGE", 14: "COORDINATOR_LOAD_IN_PROGRESS", 15: "COORDINATOR_NOT_AVAILABLE",
+    16: "NOT_COORDINATOR", 22: "ILLEGAL_GENERATION", 23: "INCONSISTENT_GROUP_PROTOCOL", 24: "INVALID_GROUP_ID",
+    25: "UNKNOWN_MEMBER_ID", 26: "INVALID_SESSION_TIMEOUT", 27: "REBALANCE_IN_PROGRESS", 42: "INVALID_REQUEST",
+    68: "NON_EMPTY_GROUP", 69: "GROUP_ID_NOT_FOUND", 79: "MEMBER_ID_REQUIRED", 81: "GROUP_MAX_SIZE_REACHED",
+    82: "FENCED_INSTANCE_ID", 86: "GROUP_SUBSCRIBED_TO_TOPIC",
+}
+
+
+def error_name(code):
+    return f"{ERROR_NAMES.get(code, 'error')} ({code})"
+
+
+def array(items):
+    return i32(len(items)) + b"".join(items)
+
+
+def consumer_subscription(topics, user_data=None):
+    """ConsumerProtocolSubscription v0: the metadata a consumer puts in its JoinGroup protocols."""
+    return i16(0) + array([string(t) for t in topics]) + nbytes(user_data)
+
+
+def consumer_assignment(assignment, user_data=None):
+    """ConsumerProtocolAssignment v0 for {topic: [partitions]}: what SyncGroup hands out."""
+    return i16(0) + array([string(t) + array([i32(p) for p in parts]) for t, parts in assignment.items()]) + nbytes(
+        user_data)
+
+
+def decode_assignment(data):
+    """{topic: [partitions]} of a ConsumerProtocolAssignment (empty bytes: {})."""
+    if not data:
+        return {}
+    r = Reader(data)
+    r.i16()  # version
+    out = {}
+    for _ in range(r.i32()):
+        t = r.string()
+        out[t] = [r.i32() for _ in range(r.i32())]
+    return out
+
+
+def find_coordinator(addr, key, key_type=0, version=2, timeout=10):
+    """FindCoordinator v0..v3 for one key (0 = group): (error_code, node_id, host, port).
+    v3 is flexible."""
+    if version == 0:
+        body = string(key)
+    elif version <= 2:
+        body = string(key) + i8(key_type)
+    else:
+        body = cstring(key) + i8(key_type) + NO_TAGS
+    r = roundtrip(addr, API_FIND_COORDINATOR, version, body, timeout=timeout, flexible=version >= 3)
+    if version >= 1:
+        r.i32()  # throttle
+    err = r.i16()
+    if version >= 3:
+        r.cstring()  # error message
+        node_id, host, port = r.i32(), r.cstring(), r.i32()
+    else:
+        if version >= 1:
+            r.string()  # error message
+        node_id, host, port = r.i32(), r.string(), r.i32()
+    return err, node_id, host, port
+
+
+def find_coordinators(addr, keys, key_type=0, version=4, timeout=10):
+    """FindCoordinator v4 (flexible, batched keys): {key: (error_code, node_id, host, port)}."""
+    body = i8(key_type) + carray([cstring(k) for k in keys]) + NO_TAGS
+    r = roundtrip(addr, API_FIND_COORDINATOR, version, body, timeout=timeout, flexible=True)
+    r.i32()  # throttle
+    out = {}
+    for _ in range(r.carray_len()):
+        key = r.cstring()
+        node_id, host, port = r.i32(), r.cstring(), r.i32()
+        err = r.i16()
+        r.cstring()  # error message
+        r.skip_tags()
+        out[key] = (err, node_id, host, port)
+    return out
+
+
+def join_group_request(group, member_id="", protocols=(), session_timeout_ms=30000, rebalance_timeout_ms=30000,
+                       instance_id=None, protocol_type="consumer", version=5):
+    """The body of JoinGroup v0..v5; protocols = [(name, metadata bytes)]."""
+    body = string(group) + i32(session_timeout_ms)
+    if version >= 1:
+        body += i32(rebalance_timeout_ms)
+    body += string(member_id)
+    if version >= 5:
+        body += string(instance_id)
+    body += string(protocol_type) + array([string(n) + nbytes(m) for n, m in protocols])
+    return body
+
+
+def parse_join_group(r, version):
+    """A JoinGroup v0..v5 response: dict(error, generation, protocol, leader, member_id,
+    members=[(member_id, instance_id, metadata)])."""
+    if version >= 2:
+        r.i32()  # throttle
+    out = {"error": r.i16(), "generation": r.i32(), "protocol": r.string(), "leader": r.string(),
+           "member_id": r.string()}
+    members = []
+    for _ in range(r.i32()):
+        mid = r.string()
+        iid = r.string() if version >= 5 else None
+        members.append((mid, iid, r.nbytes()))
+    out["members"] = members
+    return out
+
+
+def join_group(addr, group, member_id="", protocols=(), session_timeout_ms=30000, rebalance_timeout_ms=30000,
+               instance_id=None, protocol_type="consumer", version=5, timeout=60):
+    """One JoinGroup (v0..v5) round trip; blocks until the coordinator answers (the end of
+    the rebalance). See parse_join_group for the result."""
+    body = join_group_request(group, member_id, protocols, session_timeout_ms, rebalance_timeout_ms, instance_id,
+                              protocol_type, version)
+    return parse_join_group(roundtrip(addr, API_JOIN_GROUP, version, body, timeout=timeout), version)
+
+
+def join(addr, group, topics, member_id="", version=5, protocol="range", **kw):
+    """JoinGroup as a consumer subscribed to `topics`, answering MEMBER_ID_REQUIRED (v4+,
+    dynamic members) by joining again with the member id the coordinator gave."""
+    protocols = [(protocol, consumer_subscription(topics))]
+    res = join_group(addr, group, member_id, protocols, version=version, **kw)
+    if res["error"] == 79 and not member_id:
+        res = join_group(addr, group, res["member_id"], protocols, version=version, **kw)
+    return res
+
+
+def sync_group(addr, group, generation, member_id, assignments=(), instance_id=None, version=3, timeout=60):
+    """SyncGroup v0..v3; assignments = [(member_id, assignment bytes)] (the leader's), empty for
+    followers: (error_code, assignment bytes)."""
+    body = string(group) + i32(generation) + string(member_id)
+    if version >= 3:
+        body += string(instance_id)
+    body += array([string(m) + nbytes(a) for m, a in assignments])
+    r = roundtrip(addr, API_SYNC_GROUP, version, body, timeout=timeout)
+    if version >= 1:
+        r.i32()  # throttle
+    return r.i16(), r.nbytes()
+
+
+def heartbeat(addr, group, generation, member_id, instance_id=None, version=3, timeout=10):
+    """Heartbeat v0..v4 (v4 flexible): error_code."""
+    if version >= 4:
+        body = cstring(group) + i32(generation) + cstring(member_id) + cstring(instance_id) + NO_TAGS
+    else:
+        body = string(group) + i32(generation) + string(member_id)
+        if version >= 3:
+            body += string(instance_id)
+    r = roundtrip(addr, API_HEARTBEAT, version, body, timeout=timeout, flexible=version >= 4)
+    if version >= 1:
+        r.i32()  # throttle
+    return r.i16()
+
+
+def leave_group(addr, group, member_id, instance_id=None, version=3, timeout=10):
+    """LeaveGroup v0..v3 for one member: (error_code, member error_code or None before v3)."""
+    if version >= 3:
+        body = string(group) + array([string(member_id) + string(instance_id)])
+    else:
+        body = string(group) + string(member_id)
+    r = roundtrip(addr, API_LEAVE_GROUP, version, body, timeout=timeout)
+    if version >= 1:
+        r.i32()  # throttle
+    err = r.i16()
+    member_err = None
+    if version >= 3:
+        for _ in range(r.i32()):
+            r.string()
+            r.string()
+            member_err = r.i16()
+    return err, member_err
+
+
+def group_by_topic(rows):
+    """[(topic, x)] -> {topic: [x]}, in first-seen order."""
+    out = {}
+    for t, x in rows:
+        out.setdefault(t, []).append(x)
+    return out
+
+
+def topic_partitions(partitions):
+    """[(topic, partition)] as the wire's array of (topic, [partition])."""
+    return array([string(t) + array([i32(p) for p in ps]) for t, ps in group_by_topic(partitions).items()])
+
+
+def read_by_partition(r, value):
+    """An array of (topic, array of (partition, value)) read as {(topic, partition): value(r)}."""
+    out = {}
+    for _ in range(r.i32()):
+        t = r.string()
+        for _ in range(r.i32()):
+            p = r.i32()
+            out[(t, p)] = value(r)
+    return out
+
+
+def offset_commit(addr, group, offsets, generation=-1, member_id="", instance_id=None, version=7, timeout=20):
+    """OffsetCommit v2..v7; offsets = {(topic, partition): (offset, metadata)}; generation -1
+    and member "" commit for a group without members: {(topic, partition): error_code}."""
+    by_topic = group_by_topic((t, (p, off, meta)) for (t, p), (off, meta) in offsets.items())
+    body = string(group) + i32(generation) + string(member_id)
+    if version >= 7:
+        body += string(instance_id)
+    if 2 <= version <= 4:
+        body += i64(-1)  # retention time: the broker's default
+    topics = []
+    for t, parts in by_topic.items():
+        enc = []
+        for p, off, meta in parts:
+            e = i32(p) + i64(off)
+            if version >= 6:
+                e += i32(-1)  # committed leader epoch
+            enc.append(e + string(meta))
+        topics.append(string(t) + array(enc))
+    body += array(topics)
+    r = roundtrip(addr, API_OFFSET_COMMIT, version, body, timeout=timeout)
+    if version >= 3:
+        r.i32()  # throttle
+    return read_by_partition(r, Reader.i16)
+
+
+def offset_fetch(addr, group, partitions=None, version=5, timeout=20):
+    """OffsetFetch v1..v5 of [(topic, partition)], or of every committed partition when None
+    (v2+): (group error_code (None before v2), {(topic, partition): (offset, metadata, error_code)})."""
+    if partitions is None:
+        topics = i32(-1)
+    else:
+        topics = topic_partitions(partitions)
+    r = roundtrip(addr, API_OFFSET_FETCH, version, string(group) + topics, timeout=timeout)
+    if version >= 3:
+        r.i32()  # throttle
+    def committed(r):
+        off = r.i64()
+        if version >= 5:
+            r.i32()  # committed leader epoch
+        meta = r.string()
+        return off, meta, r.i16()
+
+    out = read_by_partition(r, committed)
+    err = r.i16() if version >= 2 else None
+    return err, out
+
+
+def list_groups(addr, version=2, timeout=10):
+    """ListGroups v0..v2: (error_code, [(group_id, protocol_type)])."""
+    r = roundtrip(addr, API_LIST_GROUPS, version, b"", timeout=timeout)
+    if version >= 1:
+        r.i32()  # throttle
+    err = r.i16()
+    return err, [(r.string(), r.string()) for _ in range(r.i32())]
+
+
+def describe_groups(addr, groups, version=4, timeout=10):
+    """DescribeGroups v0..v4: {group_id: dict(error, state, protocol_type, protocol,
+    members=[dict(member_id, instance_id, client_id, host, metadata, assignment)])}."""
+    body = array([string(g) for g in groups])
+    if version >= 3:
+        body += i8(0)  # include authorized operations: no
+    r = roundtrip(addr, API_DESCRIBE_GROUPS, version, body, timeout=timeout)
+    if version >= 1:
+        r.i32()  # throttle
+    out = {}
+    for _ in range(r.i32()):
+        err, gid = r.i16(), r.string()
+        g = {"error": err, "state": r.string(), "protocol_type": r.string(), "protocol": r.string(), "members": []}
+        for _ in range(r.i32()):
+            m = {"member_id": r.string()}
+            m["instance_id"] = r.string() if version >= 4 else None
+            m["client_id"], m["host"] = r.string(), r.string()
+            m["metadata"], m["assignment"] = r.nbytes(), r.nbytes()
+            g["members"].append(m)
+        if version >= 3:
+            r.i32()  # authorized operations
+        out[gid] = g
+    return out
+
+
+def delete_groups(addr, groups, version=1, timeout=20):
+    """DeleteGroups v0..v1: {group_id: error_code}."""
+    r = roundtrip(addr, API_DELETE_GROUPS, version, array([string(g) for g in groups]), timeout=timeout)
+    r.i32()  # throttle
+    return {r.string(): r.i16() for _ in range(r.i32())}
+
+
+def offset_delete(addr, group, partitions, timeout=20):
+    """OffsetDelete v0 of [(topic, partition)]: (error_code, {(topic, partition): error_code})."""
+    body = string(group) + topic_partitions(partitions)
+    r = roundtrip(addr, API_OFFSET_DELETE, 0, body, timeout=timeout)
+    err = r.i16()
+    r.i32()  # throttle
+    return err, read_by_partition(r, Reader.i16)
+
+
+def java_string_hash(s):
+    """Java's String.hashCode (UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def offsets_partition_for(group, num_partitions):
+    """The __consumer_offsets partition of a group: Kafka's Utils.abs(hashCode) % n."""
+    h = java_string_hash(group)
+    return (0 if h == -(1 << 31) else abs(h)) % num_partitions

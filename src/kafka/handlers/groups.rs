@@ -159,6 +159,9 @@ pub async fn join(ctx: &NodeContext, r: JoinGroupRequest, version: i16, client: 
     response.generation_id = result.generation;
     response.member_id = str_bytes(result.member_id);
     response.leader = str_bytes(result.leader);
+    if version >= 9 {
+        response.skip_assignment = result.skip_assignment;
+    }
     if version >= 7 {
         response.protocol_type = result.protocol_type.map(str_bytes);
         response.protocol_name = result.protocol.map(str_bytes);
