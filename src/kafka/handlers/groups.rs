@@ -48,8 +48,11 @@ async fn ensure_offsets_topic(ctx: &NodeContext) {
     {
         return;
     }
+    // min(3, brokers) counts registered brokers, not just the live ones: a
+    // group that starts while a broker is down must not get a less
+    // replicated topic for good (the creation is retried until it fits).
     let image = ctx.quorum.image();
-    let brokers = image.active_brokers().len().max(1) as i64;
+    let brokers = image.brokers.len().max(1) as i64;
     let replication_factor = ctx.settings.int("offsets.topic.replication.factor").unwrap_or_else(|| brokers.min(3));
     let configs: BTreeMap<String, String> =
         [("cleanup.policy", "compact"), ("retention.ms", "-1"), ("segment.bytes", "104857600")]
