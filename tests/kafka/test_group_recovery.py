@@ -92,3 +92,41 @@ def test_groups_and_offsets_survive_a_restart(make_cluster):
             first.setdefault(m.partition(), m.offset())
     k.close()
     assert first == expected
+
+
+@pytest.mark.timeout(240)
+def test_offsets_of_an_empty_group_expire_and_a_live_group_keeps_them(make_cluster):
+    """offsets.retention.minutes=1 (the smallest Kafka allows), checked every second."""
+    c = make_cluster(1, settings=SETTINGS + ("offsets.retention.minutes=1",
+                                             "offsets.retention.check.interval.ms=1000"))
+    c.create_topic(TOPIC, partitions=1)
+    c.wait_topic(TOPIC, 1)
+    clients.produce_confluent(c.bootstrap, TOPIC, clients.make_records(20, 1))
+
+    gone = consumer(c, "gone")
+    gone.subscribe([TOPIC])
+    consume_n(gone, 20)
+    gone.commit(asynchronous=False)
+    gone.close()
+    emptied = time.monotonic()
+
+    kept = consumer(c, "kept")
+    kept.subscribe([TOPIC])
+    consume_n(kept, 20)
+    kept.commit(asynchronous=False)
+
+    # The empty group's offsets go after a minute, and the group with them; the live
+    # group (polling, so heartbeating) keeps its offsets however old they are.
+    def gone_gone():
+        kept.poll(0.1)
+        return group_view(c, "gone") is None
+
+    harness.wait_for("group `gone` expired", 120, gone_gone)
+    assert time.monotonic() - emptied >= 58, "expired before offsets.retention.minutes"
+    view = group_view(c, "kept")
+    assert view["state"] == "Stable" and [o["committed"] for o in view["offsets"]] == [20]
+    kept.close()
+    assert any("expired committed offsets" in line for line in open(c.node(1).log))
+    restarted = consumer(c, "gone")
+    assert restarted.committed([TopicPartition(TOPIC, 0)], timeout=10)[0].offset < 0
+    restarted.close()
