@@ -100,10 +100,16 @@ impl ReplicaManager {
     }
 
     /// Waits, up to `max`, until the replicas follow a metadata image at
-    /// least as new as log index `index`; whether they do.
+    /// least as new as log index `index`; whether they do. Before the
+    /// replicas follow the metadata at all (the broker is still catching up)
+    /// there is nothing to wait for.
     pub async fn wait_applied(&self, index: u64, max: Duration) -> bool {
-        if *self.applied_tx.borrow() >= index {
+        let current = *self.applied_tx.borrow();
+        if current >= index {
             return true;
+        }
+        if current == 0 {
+            return false;
         }
         let mut rx = self.applied_tx.subscribe();
         tokio::time::timeout(max, rx.wait_for(|i| *i >= index)).await.is_ok_and(|r| r.is_ok())
