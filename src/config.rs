@@ -162,6 +162,12 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         doc: "replication of __consumer_offsets (unset: min(3, brokers))",
     },
     SettingDef {
+        name: "offsets.topic.segment.bytes",
+        default: Some("104857600"),
+        kind: int(14, I32_MAX),
+        doc: "segment size of __consumer_offsets (compacted segment by segment)",
+    },
+    SettingDef {
         name: "group.initial.rebalance.delay.ms",
         default: Some("3000"),
         kind: int(0, I32_MAX),

@@ -226,7 +226,9 @@ impl GroupCoordinator {
                 producer_epoch: -1,
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
-                sequence: -1,
+                // kafka-protocol starts a new batch wherever offset - sequence
+                // changes; this keeps one batch, with base sequence -1.
+                sequence: i as i32 - 1,
                 timestamp: now,
                 key: Some(key),
                 value,

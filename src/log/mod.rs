@@ -18,6 +18,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod compaction;
 pub mod leader_epoch;
 pub mod offset_index;
 pub mod partition_log;
@@ -59,6 +60,9 @@ pub struct LogConfig {
     pub segment_index_bytes: u64,
     /// Largest batch accepted (`max.message.bytes`, whole batch size).
     pub max_message_bytes: u64,
+    /// Compact sealed segments (see [`compaction`]); Strom does this for
+    /// `__consumer_offsets` only.
+    pub compact: bool,
 }
 
 impl Default for LogConfig {
@@ -74,6 +78,7 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             segment_index_bytes: 10_485_760,
             max_message_bytes: 1_048_588,
+            compact: false,
         }
     }
 }

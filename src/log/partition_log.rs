@@ -21,7 +21,9 @@ use tracing::{info, warn};
 use super::batch::{self, split_record_set, BatchHeader};
 use super::checkpoint::{sync_dir, TMP_SUFFIX};
 use super::leader_epoch::{EpochEndOffset, EpochEntry, LeaderEpochCache};
-use super::segment::{parse_segment_file_name, BatchInfo, LogSegment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use super::segment::{
+    parse_segment_file_name, segment_file_name, BatchInfo, LogSegment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
+};
 use super::{LogConfig, LogError, Result};
 
 /// What an append wrote.
@@ -64,6 +66,8 @@ pub struct PartitionLog {
     last_flush_ms: i64,
     /// The latest time the owner passed in; used by calls that take none.
     last_seen_ms: i64,
+    /// Sealed segments up to here were compacted already (in this process).
+    compacted_up_to: i64,
 }
 
 /// The partition directory name, `<topic>-<partition>`.
@@ -102,6 +106,7 @@ impl PartitionLog {
             unflushed_messages: 0,
             last_flush_ms: now_ms,
             last_seen_ms: now_ms,
+            compacted_up_to: 0,
         };
         log.recovery_point = log.log_end_offset();
         log.leader_epoch_cache.truncate_from_end(log.log_end_offset())?;
@@ -365,6 +370,71 @@ impl PartitionLog {
             self.leader_epoch_cache.truncate_from_start(log_start_offset)?;
         }
         Ok(outcome)
+    }
+
+    /// Compacts the sealed segments wholly below `cleanable_end` (the high
+    /// watermark): drops records superseded by a later record of the same key
+    /// below that end (see [`super::compaction`]). Each rewritten segment is
+    /// built beside the log, fsynced, and swapped in by renames: its indexes
+    /// go first, so a crash in between leaves a segment whose indexes are
+    /// rebuilt on open. Returns the number of segments rewritten.
+    pub fn compact(&mut self, cleanable_end: i64, now_ms: i64) -> Result<usize> {
+        let active_base = self.active().base_offset();
+        let sealed: Vec<i64> = self
+            .segments
+            .values()
+            .filter(|s| s.base_offset() != active_base && s.next_offset() <= cleanable_end)
+            .map(LogSegment::base_offset)
+            .collect();
+        let sealed_end = sealed.last().map_or(0, |b| self.segments[b].next_offset());
+        if sealed.is_empty() || sealed_end <= self.compacted_up_to {
+            return Ok(0);
+        }
+        let whole = |s: &LogSegment| -> Result<Bytes> {
+            Ok(s.read(s.base_offset(), s.size_bytes() as usize, i64::MAX, true)?.map(Bytes::from).unwrap_or_default())
+        };
+        let mut latest = std::collections::HashMap::new();
+        for s in self.segments.values() {
+            super::compaction::note_latest(&whole(s)?, cleanable_end, &mut latest);
+        }
+        let scratch = self.dir.join("compacting");
+        match fs::remove_dir_all(&scratch) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
+        fs::create_dir_all(&scratch)?;
+        let mut rewritten = 0;
+        for base in sealed {
+            let raw = whole(&self.segments[&base])?;
+            let Some(batches) = super::compaction::compact_segment(&raw, &latest) else { continue };
+            let mut fresh = LogSegment::create(&scratch, base, &self.config, now_ms)?;
+            for (batch, info) in &batches {
+                fresh.append(batch, info)?;
+            }
+            fresh.on_become_inactive()?;
+            let new_size = fresh.size_bytes();
+            drop(fresh);
+            let name = |suffix| segment_file_name(base, suffix);
+            for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                match fs::remove_file(self.dir.join(name(suffix))) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                    _ => {}
+                }
+            }
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                fs::rename(scratch.join(name(suffix)), self.dir.join(name(suffix)))?;
+            }
+            sync_dir(&self.dir)?;
+            self.segments.remove(&base);
+            let (reopened, _) = LogSegment::open_and_recover(&self.dir, base, &self.config, now_ms)?;
+            self.segments.insert(base, reopened);
+            info!(topic = %self.topic, partition = self.partition, base_offset = base, bytes_before = raw.len(),
+                bytes_after = new_size, "compacted log segment");
+            rewritten += 1;
+        }
+        fs::remove_dir_all(&scratch)?;
+        self.compacted_up_to = sealed_end;
+        Ok(rewritten)
     }
 
     /// Removes every record at or after `target_offset` (a whole batch if

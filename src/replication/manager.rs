@@ -60,6 +60,10 @@ pub fn topic_settings(settings: &Settings, topic: &TopicImage) -> (LogConfig, us
         index_interval_bytes: settings.u64("log.index.interval.bytes").max(1),
         segment_index_bytes: defaults.segment_index_bytes,
         max_message_bytes: positive("max.message.bytes").unwrap_or(defaults.max_message_bytes),
+        // Compaction rewrites only what the group coordinator writes; other
+        // topics with cleanup.policy=compact are still cleaned by retention.
+        compact: topic.name == crate::group::OFFSETS_TOPIC
+            && eff.get("cleanup.policy").is_some_and(|p| p.contains("compact")),
     };
     (config, min_insync)
 }

@@ -547,6 +547,9 @@ impl Partition {
     pub fn apply_retention(&self) -> Result<(), LogError> {
         let mut st = self.state();
         let hw = st.high_watermark;
+        if st.log.config().compact {
+            st.log.compact(hw, now_ms())?;
+        }
         let out = st.log.apply_retention(now_ms(), hw)?;
         if out.deleted_segments > 0 {
             tracing::info!(topic = %self.topic, partition = self.index, segments = out.deleted_segments,

@@ -2,6 +2,7 @@
 broker, the coordinator reads its partition back and the group, its generation and
 its committed offsets are all there; a member of the stored generation that never
 comes back is expired by its session timeout."""
+import os
 import time
 
 import pytest
@@ -9,6 +10,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 import clients
 import harness
+import wire
 
 SETTINGS = ("group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=3",
             "group.min.session.timeout.ms=1000")
@@ -130,3 +132,34 @@ def test_offsets_of_an_empty_group_expire_and_a_live_group_keeps_them(make_clust
     restarted = consumer(c, "gone")
     assert restarted.committed([TopicPartition(TOPIC, 0)], timeout=10)[0].offset < 0
     restarted.close()
+
+
+@pytest.mark.timeout(240)
+def test_consumer_offsets_is_compacted_and_reloads_the_same(make_cluster):
+    """Small __consumer_offsets segments, the cleaner every 200 ms: a thousand commits of
+    one partition leave a few records on disk, and a restart loads the last commit."""
+    c = make_cluster(1, settings=SETTINGS + ("offsets.topic.segment.bytes=4096",
+                                             "log.retention.check.interval.ms=200"))
+    c.create_topic(TOPIC, partitions=1)
+    c.wait_topic(TOPIC, 1)
+    k = consumer(c, "busy")
+    k.subscribe([TOPIC])
+    harness.wait_for("an assignment", 60, lambda: k.poll(0.1) is None and k.assignment())
+    for i in range(1, 1001):
+        k.commit(offsets=[TopicPartition(TOPIC, 0, i)], asynchronous=False)
+    part = wire.java_string_hash("busy")
+    part = (abs(part) if part != -2**31 else 0) % 3
+    pdir = f"{c.node(1).data_dir}/logs/__consumer_offsets-{part}"
+
+    def on_disk():
+        return sum(os.path.getsize(os.path.join(pdir, f)) for f in os.listdir(pdir) if f.endswith(".log"))
+
+    # Each commit is a batch of about 120 bytes: uncompacted, well over 100 KB.
+    harness.wait_for("__consumer_offsets compacted", 60, lambda: on_disk() < 40_000)
+    assert any("compacted log segment" in line for line in open(c.node(1).log))
+    k.close()
+    c.kill(1)
+    c.launch(1)
+    c.wait_ready()
+    view = harness.wait_for("group `busy` back", 30, lambda: group_view(c, "busy"))
+    assert [o["committed"] for o in view["offsets"]] == [1000]

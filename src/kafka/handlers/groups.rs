@@ -54,8 +54,9 @@ async fn ensure_offsets_topic(ctx: &NodeContext) {
     let image = ctx.quorum.image();
     let brokers = image.brokers.len().max(1) as i64;
     let replication_factor = ctx.settings.int("offsets.topic.replication.factor").unwrap_or_else(|| brokers.min(3));
+    let segment_bytes = ctx.settings.u64("offsets.topic.segment.bytes").to_string();
     let configs: BTreeMap<String, String> =
-        [("cleanup.policy", "compact"), ("retention.ms", "-1"), ("segment.bytes", "104857600")]
+        [("cleanup.policy", "compact"), ("retention.ms", "-1"), ("segment.bytes", segment_bytes.as_str())]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
