@@ -18,18 +18,19 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::{Buf, Bytes};
+use kafka_protocol::records::{Record, RecordBatchDecoder};
 use kafka_protocol::ResponseError;
 use tokio::sync::{oneshot, watch};
 
 use crate::config::Settings;
+use crate::log::compaction::{encode_batch, plain_record};
 use crate::replication::partition::{now_ms, CommitWait, PartitionError};
 use crate::replication::ReplicaManager;
 use records::{GroupValue, OffsetValue, RecordKey};
-pub use state::{CommitAuth, Committed, Group, GroupLimits, GroupState, JoinRequest, JoinResult, SyncResult};
+pub use state::{
+    CommitAuth, Committed, Group, GroupLimits, GroupState, JoinRequest, JoinResult, SyncRequest, SyncResult,
+};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
@@ -217,27 +218,9 @@ impl GroupCoordinator {
         let batch: Vec<Record> = records
             .into_iter()
             .enumerate()
-            .map(|(i, (key, value))| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                // kafka-protocol starts a new batch wherever offset - sequence
-                // changes; this keeps one batch, with base sequence -1.
-                sequence: i as i32 - 1,
-                timestamp: now,
-                key: Some(key),
-                value,
-                headers: Default::default(),
-            })
+            .map(|(i, (key, value))| plain_record(i as i64, Some(key), value, now))
             .collect();
-        let mut buf = BytesMut::new();
-        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
-        RecordBatchEncoder::encode(&mut buf, &batch, &options).map_err(|_| ResponseError::UnknownServerError)?;
+        let mut buf = encode_batch(batch).ok_or(ResponseError::UnknownServerError)?;
         let appended = p.append_as_leader(&mut buf, true).map_err(|e| write_error(&e))?;
         let timeout =
             Duration::from_millis(self.settings.int("offsets.commit.timeout.ms").unwrap_or(5000).max(1) as u64);
@@ -471,23 +454,10 @@ impl GroupCoordinator {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub async fn sync(
-        self: &Arc<Self>,
-        partition: i32,
-        group_id: &str,
-        member_id: &str,
-        instance_id: Option<&str>,
-        generation: i32,
-        protocol_type: Option<&str>,
-        protocol: Option<&str>,
-        assignments: Vec<(String, Bytes)>,
-    ) -> SyncResult {
+    pub async fn sync(self: &Arc<Self>, partition: i32, group_id: &str, req: SyncRequest<'_>) -> SyncResult {
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
-        let call = self.with_group(partition, group_id, false, |g| {
-            g.sync(member_id, instance_id, generation, protocol_type, protocol, assignments, tx, now)
-        });
+        let call = self.with_group(partition, group_id, false, |g| g.sync(req, tx, now));
         match call {
             Ok(Some(())) => rx.await.unwrap_or_else(|_| SyncResult::error(ResponseError::NotCoordinator)),
             Ok(None) => SyncResult::error(ResponseError::UnknownMemberId),
@@ -794,21 +764,7 @@ mod tests {
     }
 
     fn record(offset: i64, key: RecordKey, value: Option<Bytes>) -> Record {
-        Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset,
-            sequence: -1,
-            timestamp: 0,
-            key: Some(key.encode()),
-            value,
-            headers: Default::default(),
-        }
+        plain_record(offset, Some(key.encode()), value, 0)
     }
 
     #[test]

@@ -101,6 +101,19 @@ impl JoinResult {
     }
 }
 
+/// What a SyncGroup asks.
+#[derive(Debug, Clone, Default)]
+pub struct SyncRequest<'a> {
+    pub member_id: &'a str,
+    pub instance_id: Option<&'a str>,
+    pub generation: i32,
+    /// v5+: must match the group's when given.
+    pub protocol_type: Option<&'a str>,
+    pub protocol: Option<&'a str>,
+    /// The leader's assignment: member id → assignment bytes.
+    pub assignments: Vec<(String, Bytes)>,
+}
+
 /// The answer to a SyncGroup.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncResult {
@@ -643,18 +656,8 @@ impl Group {
 
     /// Handles a SyncGroup. When the leader brings the assignment, the group
     /// waits for it to be stored ([`Group::take_persist`], then [`Group::stored`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn sync(
-        &mut self,
-        member_id: &str,
-        instance_id: Option<&str>,
-        generation: i32,
-        protocol_type: Option<&str>,
-        protocol: Option<&str>,
-        assignments: Vec<(String, Bytes)>,
-        reply: SyncReply,
-        now: Instant,
-    ) {
+    pub fn sync(&mut self, req: SyncRequest<'_>, reply: SyncReply, now: Instant) {
+        let SyncRequest { member_id, instance_id, generation, protocol_type, protocol, assignments } = req;
         if let Err(e) = self.check_member(member_id, instance_id) {
             let _ = reply.send(SyncResult::error(e));
             return;
@@ -936,7 +939,8 @@ mod tests {
 
     fn sync(g: &mut Group, member: &str, gen: i32, assign: Vec<(String, Bytes)>) -> oneshot::Receiver<SyncResult> {
         let (tx, rx) = oneshot::channel();
-        g.sync(member, None, gen, None, None, assign, tx, Instant::now());
+        let req = SyncRequest { member_id: member, generation: gen, assignments: assign, ..Default::default() };
+        g.sync(req, tx, Instant::now());
         rx
     }
 
@@ -988,7 +992,7 @@ mod tests {
         assert_eq!(g.heartbeat("nobody", None, 2, now), Err(ResponseError::UnknownMemberId));
         assert_eq!(g.heartbeat(&a, None, 1, now), Err(ResponseError::IllegalGeneration));
         let (tx, mut rx) = oneshot::channel();
-        g.sync("nobody", None, 2, None, None, vec![], tx, now);
+        g.sync(SyncRequest { member_id: "nobody", generation: 2, ..Default::default() }, tx, now);
         assert_eq!(got(&mut rx).and_then(|r| r.error), Some(ResponseError::UnknownMemberId));
     }
 
@@ -1152,7 +1156,7 @@ mod tests {
         assert_eq!((back.state, back.generation), (GroupState::Stable, 2));
         assert_eq!(back.heartbeat(&a, None, 2, now), Ok(()));
         let (tx, mut rx) = oneshot::channel();
-        back.sync(&b, None, 2, None, None, vec![], tx, now);
+        back.sync(SyncRequest { member_id: &b, generation: 2, ..Default::default() }, tx, now);
         assert_eq!(got(&mut rx).expect("synced").assignment, Bytes::from_static(b"B"));
     }
 }

@@ -13,10 +13,44 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use kafka_protocol::records::{Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
 
 use super::batch::BatchHeader;
 use super::segment::BatchInfo;
+
+/// A record without producer or headers, as Strom writes its own records.
+pub fn plain_record(offset: i64, key: Option<Bytes>, value: Option<Bytes>, timestamp: i64) -> Record {
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: -1,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset,
+        sequence: -1,
+        timestamp,
+        key,
+        value,
+        headers: Default::default(),
+    }
+}
+
+/// `records` (offsets increasing, no producer) as one uncompressed v2 batch.
+/// kafka-protocol starts a new batch wherever `offset - sequence` changes, so
+/// sequences are renumbered to follow the offsets (base sequence -1).
+pub fn encode_batch(records: Vec<Record>) -> Option<Vec<u8>> {
+    let first = records.first()?.offset;
+    let records: Vec<Record> =
+        records.into_iter().map(|r| Record { sequence: (r.offset - first) as i32 - 1, ..r }).collect();
+    let mut encoded = bytes::BytesMut::new();
+    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
+    RecordBatchEncoder::encode(&mut encoded, &records, &options).ok()?;
+    Some(encoded.to_vec())
+}
 
 /// Records in `record_set` (whole batches) below `end`: the offset of the
 /// latest record of every key. Records at or past `end` (not yet committed)
@@ -79,17 +113,10 @@ pub fn compact_segment(segment: &Bytes, latest: &HashMap<Bytes, i64>) -> Option<
             out.push(keep_whole(raw)?);
             continue;
         }
-        // kafka-protocol starts a new batch wherever offset - sequence changes:
-        // sequences that follow the offsets keep the survivors in one batch
-        // (base sequence -1: no producer).
-        let first = kept[0].offset;
-        let kept: Vec<_> = kept.into_iter().map(|r| Record { sequence: (r.offset - first) as i32 - 1, ..r }).collect();
-        let mut encoded = bytes::BytesMut::new();
-        let options = RecordEncodeOptions { version: 2, compression: Compression::None };
-        RecordBatchEncoder::encode(&mut encoded, &kept, &options).ok()?;
+        let encoded = encode_batch(kept)?;
         let header = BatchHeader::parse(&encoded).ok()?;
         let info = BatchInfo::from_header(&header);
-        out.push((encoded.to_vec(), info));
+        out.push((encoded, info));
     }
     (dropped > 0).then_some(out)
 }
@@ -97,35 +124,17 @@ pub fn compact_segment(segment: &Bytes, latest: &HashMap<Bytes, i64>) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafka_protocol::records::TimestampType;
 
     fn batch(records: &[(i64, &'static str, Option<&'static str>)]) -> Bytes {
         let records: Vec<Record> = records
             .iter()
-            .map(|(offset, key, value)| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 7,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: *offset,
-                sequence: (*offset - records[0].0) as i32 - 1,
-                timestamp: 1000 + offset,
-                key: Some(Bytes::from_static(key.as_bytes())),
-                value: value.map(|v| Bytes::from_static(v.as_bytes())),
-                headers: Default::default(),
+            .map(|(offset, key, value)| {
+                let (key, value) =
+                    (Bytes::from_static(key.as_bytes()), value.map(|v| Bytes::from_static(v.as_bytes())));
+                Record { partition_leader_epoch: 7, ..plain_record(*offset, Some(key), value, 1000 + offset) }
             })
             .collect();
-        let mut buf = bytes::BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions { version: 2, compression: Compression::None },
-        )
-        .expect("encodes");
-        buf.freeze()
+        Bytes::from(encode_batch(records).expect("encodes"))
     }
 
     fn decoded(batches: &[(Vec<u8>, BatchInfo)]) -> Vec<(i64, String, Option<String>)> {

@@ -542,30 +542,14 @@ proptest! {
 
 /// A batch of keyed records (`key`, `value`), offsets relative (the log assigns them).
 fn keyed_batch(records: &[(&str, Option<&str>)]) -> Vec<u8> {
-    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
-    let records: Vec<Record> = records
+    use crate::log::compaction::{encode_batch, plain_record};
+    let text = |s: &str| bytes::Bytes::from(s.to_string());
+    let records = records
         .iter()
         .enumerate()
-        .map(|(i, (k, v))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: -1,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: 1_000,
-            key: Some(bytes::Bytes::from(k.to_string())),
-            value: v.map(|v| bytes::Bytes::from(v.to_string())),
-            headers: Default::default(),
-        })
+        .map(|(i, (k, v))| plain_record(i as i64, Some(text(k)), v.map(text), 1_000))
         .collect();
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression: Compression::None })
-        .unwrap();
-    buf.to_vec()
+    encode_batch(records).unwrap()
 }
 
 /// Every record from the log start: (offset, key, value).

@@ -25,7 +25,7 @@ use kafka_protocol::ResponseError;
 use super::{split_addr, str_bytes};
 use crate::controller::protocol::ControllerRequest;
 use crate::error::ErrorCode;
-use crate::group::{CommitAuth, JoinRequest, OffsetCommit, OFFSETS_TOPIC};
+use crate::group::{CommitAuth, JoinRequest, OffsetCommit, SyncRequest, OFFSETS_TOPIC};
 use crate::kafka::registry::Client;
 use crate::node::NodeContext;
 
@@ -199,7 +199,18 @@ pub async fn sync(ctx: &NodeContext, r: SyncGroupRequest, version: i16) -> SyncG
     let partition = partition_of(ctx, &group);
     let result = ctx
         .groups
-        .sync(partition, &group, r.member_id.as_str(), instance, r.generation_id, ptype, pname, assignments)
+        .sync(
+            partition,
+            &group,
+            SyncRequest {
+                member_id: r.member_id.as_str(),
+                instance_id: instance,
+                generation: r.generation_id,
+                protocol_type: ptype,
+                protocol: pname,
+                assignments,
+            },
+        )
         .await;
     let mut response =
         SyncGroupResponse::default().with_error_code(code(result.error)).with_assignment(result.assignment);
