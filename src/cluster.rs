@@ -191,6 +191,9 @@ fn signal(pid: u32, sig: Signal) {
 }
 
 pub async fn run(args: ClusterArgs) -> Result<(), String> {
+    // Before any node exists: a SIGTERM during startup must stop the nodes
+    // too, not kill this process with the default action and orphan them.
+    let mut stop = StopSignals::install()?;
     std::fs::create_dir_all(&args.dir).map_err(|e| format!("cannot create {}: {e}", args.dir.display()))?;
     let dir = std::fs::canonicalize(&args.dir).map_err(|e| e.to_string())?;
     let mut nodes = plan(&args, &dir)?;
@@ -221,7 +224,13 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
                 ));
             }
         }
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::select! {
+            _ = stop.recv() => {
+                stop_all(&nodes, &mut children).await;
+                return Err("stopped by a signal during startup".to_string());
+            }
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
     }
     let file = ClusterFile {
         bootstrap: nodes.iter().map(|n| n.kafka.clone()).collect::<Vec<_>>().join(","),
@@ -236,22 +245,39 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
         nodes.len(),
         file.bootstrap
     );
-    supervise(&nodes, &mut children).await;
+    supervise(&nodes, &mut children, &mut stop).await;
     stop_all(&nodes, &mut children).await;
     Ok(())
 }
 
+/// SIGINT and SIGTERM, caught from the start.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> Result<Self, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate()).map_err(|e| format!("cannot catch SIGTERM: {e}"))?;
+        let int = signal(SignalKind::interrupt()).map_err(|e| format!("cannot catch SIGINT: {e}"))?;
+        Ok(StopSignals { term, int })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
+    }
+}
+
 /// Waits for SIGINT/SIGTERM, reporting nodes that exit on their own.
-async fn supervise(nodes: &[NodeEntry], children: &mut [Option<Child>]) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return;
-    };
+async fn supervise(nodes: &[NodeEntry], children: &mut [Option<Child>], stop: &mut StopSignals) {
     let mut poll = tokio::time::interval(Duration::from_millis(200));
     loop {
         tokio::select! {
-            _ = term.recv() => return,
-            _ = int.recv() => return,
+            _ = stop.recv() => return,
             _ = poll.tick() => {}
         }
         for (node, slot) in nodes.iter().zip(children.iter_mut()) {

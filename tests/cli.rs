@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -22,21 +22,44 @@ fn free_range(n: u16, avoid: &[u16]) -> u16 {
     panic!("no free port range");
 }
 
-struct Supervisor(Child);
+/// `strom cluster` running on `dir`.
+struct Supervisor(Child, PathBuf);
+
+/// `strom serve` processes whose command line names `dir` (the nodes of a cluster there), from /proc.
+fn processes_in(dir: &Path) -> Vec<i32> {
+    let needle = dir.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .is_ok_and(|c| c.contains(" serve ") && c.contains(&needle))
+        })
+        .collect()
+}
 
 impl Drop for Supervisor {
     fn drop(&mut self) {
-        // The supervisor stops its nodes on SIGTERM; if it is stuck, SIGKILL.
+        // The supervisor stops its nodes on SIGTERM; if it is stuck, SIGKILL,
+        // and then any node it left behind: a test leaves no process running.
         let _ =
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
-        for _ in 0..200 {
-            if matches!(self.0.try_wait(), Ok(Some(_))) {
-                return;
+        let exited = (0..400).any(|_| {
+            let done = matches!(self.0.try_wait(), Ok(Some(_)));
+            if !done {
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(50));
+            done
+        });
+        if !exited {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
         }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        for pid in processes_in(&self.1) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
     }
 }
 
@@ -59,7 +82,7 @@ fn start_cluster(dir: &Path, bases: (u16, u16, u16)) -> Supervisor {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn strom cluster");
-    Supervisor(child)
+    Supervisor(child, dir.to_path_buf())
 }
 
 fn read_cluster_json(dir: &Path) -> Value {
@@ -167,7 +190,7 @@ fn cluster_command_writes_cluster_json_and_restarts_with_data() {
 
     // Re-running on the same directory restarts the cluster with its data.
     std::fs::remove_file(dir.join("cluster.json.tmp")).ok();
-    let _sup = start_cluster(&dir, (kafka, admin, raft));
+    let sup = start_cluster(&dir, (kafka, admin, raft));
     let (code, out, _) = wait_for("the restarted cluster to serve the old topic", Duration::from_secs(60), || {
         let r = strom(&admin3, &["topic", "describe", "cli-topic", "--json"]);
         (r.0 == 0).then_some(r)
@@ -177,4 +200,30 @@ fn cluster_command_writes_cluster_json_and_restarts_with_data() {
     assert_eq!(described["partitions"].as_array().expect("p").len(), 5);
     let (code, _, err) = strom(&admin1, &["topic", "delete", "cli-topic"]);
     assert_eq!(code, 0, "{err}");
+
+    // SIGTERM stops every node, even before the supervisor has seen the cluster up
+    // (it used to die of the signal then and leave its nodes running).
+    let mut sup = sup;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup.0.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .expect("term");
+    wait_for("the supervisor to exit", Duration::from_secs(40), || sup.0.try_wait().ok().flatten());
+    wait_for("every node of the cluster to exit", Duration::from_secs(40), || {
+        processes_in(&dir).is_empty().then_some(())
+    });
+}
+
+#[test]
+fn sigterm_during_startup_stops_the_nodes_too() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let kafka = free_range(3, &[]);
+    let admin = free_range(3, &[kafka]);
+    let raft = free_range(3, &[kafka, admin]);
+    let mut sup = start_cluster(&dir, (kafka, admin, raft));
+    // The nodes exist (their logs are open) but the cluster is not up yet.
+    wait_for("the nodes to start", Duration::from_secs(30), || (processes_in(&dir).len() == 3).then_some(()));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup.0.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .expect("term");
+    wait_for("the supervisor to exit", Duration::from_secs(40), || sup.0.try_wait().ok().flatten());
+    wait_for("every node to exit", Duration::from_secs(40), || processes_in(&dir).is_empty().then_some(()));
 }
