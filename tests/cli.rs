@@ -40,6 +40,32 @@ fn processes_in(dir: &Path) -> Vec<i32> {
         .collect()
 }
 
+impl Supervisor {
+    /// SIGTERM, then waits until the supervisor and every node of its cluster
+    /// have exited; the supervisor's exit status.
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGTERM)
+            .expect("term");
+        let status = wait_for("the supervisor to exit", Duration::from_secs(40), || self.0.try_wait().ok().flatten());
+        wait_for("every node of the cluster to exit", Duration::from_secs(40), || {
+            processes_in(&self.1).is_empty().then_some(())
+        });
+        status
+    }
+}
+
+/// `strom cluster --nodes 3` on a fresh directory with three free port ranges:
+/// (the temporary directory to keep, the cluster directory, the port bases, the supervisor).
+fn fresh_cluster() -> (tempfile::TempDir, PathBuf, (u16, u16, u16), Supervisor) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let kafka = free_range(3, &[]);
+    let admin = free_range(3, &[kafka]);
+    let raft = free_range(3, &[kafka, admin]);
+    let sup = start_cluster(&dir, (kafka, admin, raft));
+    (tmp, dir, (kafka, admin, raft), sup)
+}
+
 impl Drop for Supervisor {
     fn drop(&mut self) {
         // The supervisor stops its nodes on SIGTERM; if it is stuck, SIGKILL,
@@ -104,12 +130,8 @@ fn pid_alive(pid: i64) -> bool {
 
 #[test]
 fn cluster_command_writes_cluster_json_and_restarts_with_data() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let kafka = free_range(3, &[]);
-    let admin = free_range(3, &[kafka]);
-    let raft = free_range(3, &[kafka, admin]);
-    let mut sup = start_cluster(&dir, (kafka, admin, raft));
+    let (_tmp, dir, bases, mut sup) = fresh_cluster();
+    let (kafka, admin, _) = bases;
     let file = wait_for("cluster.json", Duration::from_secs(60), || {
         dir.join("cluster.json").exists().then(|| read_cluster_json(&dir))
     });
@@ -181,16 +203,14 @@ fn cluster_command_writes_cluster_json_and_restarts_with_data() {
 
     // Stop gracefully: every node exits.
     let pids: Vec<i64> = nodes.iter().map(|n| n["pid"].as_i64().expect("pid")).collect();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup.0.id() as i32), nix::sys::signal::Signal::SIGTERM)
-        .expect("term");
-    let status = wait_for("the supervisor to exit", Duration::from_secs(40), || sup.0.try_wait().ok().flatten());
+    let status = sup.terminate();
     assert!(status.success(), "{status}");
     assert!(pids.iter().all(|p| !pid_alive(*p)), "every node stopped");
     drop(sup);
 
     // Re-running on the same directory restarts the cluster with its data.
     std::fs::remove_file(dir.join("cluster.json.tmp")).ok();
-    let sup = start_cluster(&dir, (kafka, admin, raft));
+    let mut sup = start_cluster(&dir, bases);
     let (code, out, _) = wait_for("the restarted cluster to serve the old topic", Duration::from_secs(60), || {
         let r = strom(&admin3, &["topic", "describe", "cli-topic", "--json"]);
         (r.0 == 0).then_some(r)
@@ -201,29 +221,15 @@ fn cluster_command_writes_cluster_json_and_restarts_with_data() {
     let (code, _, err) = strom(&admin1, &["topic", "delete", "cli-topic"]);
     assert_eq!(code, 0, "{err}");
 
-    // SIGTERM stops every node, even before the supervisor has seen the cluster up
-    // (it used to die of the signal then and leave its nodes running).
-    let mut sup = sup;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup.0.id() as i32), nix::sys::signal::Signal::SIGTERM)
-        .expect("term");
-    wait_for("the supervisor to exit", Duration::from_secs(40), || sup.0.try_wait().ok().flatten());
-    wait_for("every node of the cluster to exit", Duration::from_secs(40), || {
-        processes_in(&dir).is_empty().then_some(())
-    });
+    // The restarted cluster stops as the first one did.
+    sup.terminate();
 }
 
 #[test]
 fn sigterm_during_startup_stops_the_nodes_too() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let kafka = free_range(3, &[]);
-    let admin = free_range(3, &[kafka]);
-    let raft = free_range(3, &[kafka, admin]);
-    let mut sup = start_cluster(&dir, (kafka, admin, raft));
-    // The nodes exist (their logs are open) but the cluster is not up yet.
+    // SIGTERM as soon as the node processes exist, before the cluster is up: the
+    // supervisor used to die of the signal then and leave its nodes running.
+    let (_tmp, dir, _, mut sup) = fresh_cluster();
     wait_for("the nodes to start", Duration::from_secs(30), || (processes_in(&dir).len() == 3).then_some(()));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(sup.0.id() as i32), nix::sys::signal::Signal::SIGTERM)
-        .expect("term");
-    wait_for("the supervisor to exit", Duration::from_secs(40), || sup.0.try_wait().ok().flatten());
-    wait_for("every node to exit", Duration::from_secs(40), || processes_in(&dir).is_empty().then_some(()));
+    sup.terminate();
 }
