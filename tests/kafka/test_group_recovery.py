@@ -34,6 +34,24 @@ def consume_n(k, n, timeout=60):
     return got
 
 
+def cluster_with_records(make_cluster, partitions, records, extra=()):
+    """A 1-node cluster with topic TOPIC of `partitions` holding `records` records."""
+    c = make_cluster(1, settings=SETTINGS + tuple(extra))
+    c.create_topic(TOPIC, partitions=partitions)
+    c.wait_topic(TOPIC, partitions)
+    clients.produce_confluent(c.bootstrap, TOPIC, clients.make_records(records, partitions))
+    return c
+
+
+def member_that_committed(c, group, n):
+    """A subscribed member of `group` that consumed `n` records and committed them."""
+    k = consumer(c, group)
+    k.subscribe([TOPIC])
+    consume_n(k, n)
+    k.commit(asynchronous=False)
+    return k
+
+
 def group_view(c, group):
     status, body = c.get(1, f"/v1/groups/{group}")
     return body if status == 200 else None
@@ -41,26 +59,17 @@ def group_view(c, group):
 
 @pytest.mark.timeout(240)
 def test_groups_and_offsets_survive_a_restart(make_cluster):
-    c = make_cluster(1, settings=SETTINGS)
-    c.create_topic(TOPIC, partitions=4)
-    c.wait_topic(TOPIC, 4)
-    clients.produce_confluent(c.bootstrap, TOPIC, clients.make_records(400, 4))
+    c = cluster_with_records(make_cluster, 4, 400)
 
     # An empty group with committed offsets (its member left) ...
-    k = consumer(c, "left")
-    k.subscribe([TOPIC])
-    consume_n(k, 150)
-    k.commit(asynchronous=False)
+    k = member_that_committed(c, "left", 150)
     committed = {tp.partition: tp.offset for tp in k.committed([TopicPartition(TOPIC, p) for p in range(4)],
                                                                  timeout=10)}
     k.close()
     harness.wait_for("group `left` empty", 30, lambda: (group_view(c, "left") or {}).get("state") == "Empty")
 
     # ... and a stable group whose member is still there when the broker dies.
-    s = consumer(c, "stayed")
-    s.subscribe([TOPIC])
-    consume_n(s, 10)
-    s.commit(asynchronous=False)
+    s = member_that_committed(c, "stayed", 10)
     before = harness.wait_for("group `stayed` stable", 30,
                               lambda: (v := group_view(c, "stayed")) and v["state"] == "Stable" and v)
 
@@ -99,23 +108,12 @@ def test_groups_and_offsets_survive_a_restart(make_cluster):
 @pytest.mark.timeout(240)
 def test_offsets_of_an_empty_group_expire_and_a_live_group_keeps_them(make_cluster):
     """offsets.retention.minutes=1 (the smallest Kafka allows), checked every second."""
-    c = make_cluster(1, settings=SETTINGS + ("offsets.retention.minutes=1",
-                                             "offsets.retention.check.interval.ms=1000"))
-    c.create_topic(TOPIC, partitions=1)
-    c.wait_topic(TOPIC, 1)
-    clients.produce_confluent(c.bootstrap, TOPIC, clients.make_records(20, 1))
-
-    gone = consumer(c, "gone")
-    gone.subscribe([TOPIC])
-    consume_n(gone, 20)
-    gone.commit(asynchronous=False)
-    gone.close()
+    c = cluster_with_records(make_cluster, 1, 20, ("offsets.retention.minutes=1",
+                                                   "offsets.retention.check.interval.ms=1000"))
+    member_that_committed(c, "gone", 20).close()
     emptied = time.monotonic()
 
-    kept = consumer(c, "kept")
-    kept.subscribe([TOPIC])
-    consume_n(kept, 20)
-    kept.commit(asynchronous=False)
+    kept = member_that_committed(c, "kept", 20)
 
     # The empty group's offsets go after a minute, and the group with them; the live
     # group (polling, so heartbeating) keeps its offsets however old they are.
