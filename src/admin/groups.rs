@@ -105,18 +105,30 @@ pub async fn list(State(ctx): Ctx) -> Json<Vec<Value>> {
     )
 }
 
-/// `[{topic, partition, committed, log_end_offset, lag}]` for a group's
-/// committed offsets; the log end is the high watermark (what a consumer can
-/// reach), null when the partition's leader does not answer.
-async fn offsets_with_lag(ctx: &NodeContext, committed: &[(String, i32, i64)]) -> Vec<Value> {
+/// Committed offsets as the admin API stores them: (topic, partition, offset).
+type CommittedRows = Vec<(String, i32, i64)>;
+/// High watermarks by topic and partition.
+type Ends = BTreeMap<String, BTreeMap<i32, i64>>;
+
+/// The high watermark of every partition of `topics`, each topic asked of its leaders once.
+async fn high_watermarks(ctx: &NodeContext, committed: &[&CommittedRows]) -> Ends {
+    let topics: std::collections::BTreeSet<String> =
+        committed.iter().flat_map(|rows| rows.iter().map(|(t, _, _)| t.clone())).collect();
     let image = ctx.quorum.image();
-    let mut ends: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
-    for topic in committed.iter().map(|(t, _, _)| t.clone()).collect::<std::collections::BTreeSet<_>>() {
+    let mut ends = Ends::new();
+    for topic in topics {
         if let Some(t) = image.topics.get(&topic) {
             let offsets = leader_offsets(ctx, &image, t).await;
             ends.insert(topic, offsets.into_iter().map(|(p, o)| (p, o.high_watermark)).collect());
         }
     }
+    ends
+}
+
+/// `[{topic, partition, committed, log_end_offset, lag}]` for a group's
+/// committed offsets; the log end is the high watermark (what a consumer can
+/// reach), null when the partition's leader does not answer.
+fn lag_rows(committed: &CommittedRows, ends: &Ends) -> Vec<Value> {
     committed
         .iter()
         .map(|(topic, partition, offset)| {
@@ -137,8 +149,9 @@ pub async fn describe(State(ctx): Ctx, Path(id): Path<String>) -> ApiResult<Json
     let Some(g) = groups.into_iter().find(|g| g["group_id"] == id.as_str()) else {
         return Err(HttpError(ApiError::new(ErrorCode::GroupIdNotFound, format!("no consumer group `{id}`"))));
     };
-    let committed: Vec<(String, i32, i64)> = serde_json::from_value(g["committed"].clone()).unwrap_or_default();
-    let offsets = offsets_with_lag(&ctx, &committed).await;
+    let committed: CommittedRows = serde_json::from_value(g["committed"].clone()).unwrap_or_default();
+    let ends = high_watermarks(&ctx, &[&committed]).await;
+    let offsets = lag_rows(&committed, &ends);
     Ok(Json(json!({
         "group_id": g["group_id"],
         "state": g["state"],
@@ -156,10 +169,17 @@ pub async fn lag_metrics(ctx: &NodeContext) -> String {
         "# HELP strom_consumer_group_lag Records between a group's committed offset and the high watermark.\n\
          # TYPE strom_consumer_group_lag gauge\n",
     );
-    for g in local_groups(ctx) {
-        let committed: Vec<(String, i32, i64)> = serde_json::from_value(g["committed"].clone()).unwrap_or_default();
-        let group = g["group_id"].as_str().unwrap_or_default().replace(['\\', '"', '\n'], "_");
-        for row in offsets_with_lag(ctx, &committed).await {
+    let groups: Vec<(String, CommittedRows)> = local_groups(ctx)
+        .into_iter()
+        .map(|g| {
+            let id = g["group_id"].as_str().unwrap_or_default().replace(['\\', '"', '\n'], "_");
+            (id, serde_json::from_value(g["committed"].clone()).unwrap_or_default())
+        })
+        .collect();
+    let all: Vec<&CommittedRows> = groups.iter().map(|(_, c)| c).collect();
+    let ends = high_watermarks(ctx, &all).await;
+    for (group, committed) in &groups {
+        for row in lag_rows(committed, &ends) {
             if let Some(lag) = row["lag"].as_i64() {
                 out.push_str(&format!(
                     "strom_consumer_group_lag{{group=\"{group}\",topic=\"{}\",partition=\"{}\"}} {lag}\n",
