@@ -78,8 +78,6 @@ pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
     pub state: GroupState,
-    pub protocol: Option<String>,
-    pub members: usize,
 }
 
 /// A member as DescribeGroups and the admin view show it.
@@ -594,8 +592,6 @@ impl GroupCoordinator {
                 group_id: g.id.clone(),
                 protocol_type: g.protocol_type.clone().unwrap_or_default(),
                 state: g.state,
-                protocol: g.protocol.clone(),
-                members: g.members.len(),
             })
             .collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -637,8 +633,13 @@ impl GroupCoordinator {
 
     /// Deletes an empty group with its offsets.
     pub async fn delete_group(self: &Arc<Self>, partition: i32, group_id: &str) -> Result<(), ResponseError> {
+        // Dead while its tombstones are written: a member joining meanwhile is
+        // told to retry, and cannot bring back offsets the log no longer has.
         let offsets = self.with_group(partition, group_id, false, |g| match g.state {
-            GroupState::Empty => Ok(g.offsets.keys().cloned().collect::<Vec<_>>()),
+            GroupState::Empty => {
+                g.state = GroupState::Dead;
+                Ok(g.offsets.keys().cloned().collect::<Vec<_>>())
+            }
             GroupState::Dead => Err(ResponseError::GroupIdNotFound),
             _ => Err(ResponseError::NonEmptyGroup),
         })?;
@@ -648,17 +649,22 @@ impl GroupCoordinator {
             .map(|(topic, p)| (RecordKey::Offset { group: group_id.to_string(), topic, partition: p }.encode(), None))
             .collect();
         tombstones.push((RecordKey::Group { group: group_id.to_string() }.encode(), None));
-        self.write(partition, tombstones).await?;
+        let written = self.write(partition, tombstones).await;
         let mut shards = self.shards();
         if let Some(shard) = shards.get_mut(&partition) {
-            if shard.groups.get(group_id).is_some_and(|g| g.state == GroupState::Empty) {
-                if let Some(mut g) = shard.groups.remove(group_id) {
-                    g.kill(now_ms());
+            match written {
+                Ok(_) => {
+                    shard.groups.remove(group_id);
+                    tracing::info!(group = %group_id, "group deleted");
                 }
-                tracing::info!(group = %group_id, "group deleted");
+                Err(_) => {
+                    if let Some(g) = shard.groups.get_mut(group_id) {
+                        g.state = GroupState::Empty;
+                    }
+                }
             }
         }
-        Ok(())
+        written.map(|_| ())
     }
 
     /// OffsetDelete: removes committed offsets of topics no member subscribes to.

@@ -888,16 +888,6 @@ impl Group {
         Some(topics)
     }
 
-    /// Marks the group deleted: parked requests are answered and no member remains.
-    pub fn kill(&mut self, now_ms: i64) {
-        let ids: Vec<String> = self.members.keys().cloned().collect();
-        for id in ids {
-            self.remove_member(&id);
-        }
-        self.offsets.clear();
-        self.set_state(GroupState::Dead, now_ms);
-    }
-
     /// Drops every parked request: its handler answers NOT_COORDINATOR.
     pub fn abandon(&mut self) {
         for m in self.members.values_mut() {
