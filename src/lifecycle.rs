@@ -109,7 +109,7 @@ impl BrokerLifecycle {
         let request = ControllerRequest::Heartbeat {
             broker_id: self.broker_id,
             incarnation_id: self.incarnation_id,
-            applied_index: self.quorum.applied().applied_index,
+            applied_index: self.quorum.applied_index(),
         };
         match self.client.send(request, CALL_TIMEOUT).await {
             Ok(ControllerResponse::UnknownBroker) => self.registered.store(false, Ordering::Release),

@@ -61,7 +61,7 @@ impl NodeContext {
     /// node had applied when called, so a client that has just seen a
     /// leadership in Metadata or the admin API finds it enacted here.
     pub async fn data_plane_current(&self) {
-        let index = self.quorum.applied().applied_index;
+        let index = self.quorum.applied_index();
         if !self.replicas.wait_applied(index, DATA_PLANE_LAG_MAX).await {
             tracing::debug!(index, "replicas still behind the applied metadata; answering from them as they are");
         }

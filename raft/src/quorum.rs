@@ -170,6 +170,11 @@ impl Quorum {
         self.applied.borrow().clone()
     }
 
+    /// The log index of the latest applied image (no image clone).
+    pub fn applied_index(&self) -> u64 {
+        self.applied.borrow().applied_index
+    }
+
     /// A receiver that wakes on every applied batch.
     pub fn subscribe(&self) -> watch::Receiver<AppliedImage> {
         self.applied.clone()

@@ -20,7 +20,7 @@ pub async fn ready(State(ctx): Ctx) -> impl IntoResponse {
         "ready": ready,
         "broker_state": state.map(|s| s.as_str()),
         "controller_id": ctx.quorum.leader(),
-        "applied_index": ctx.quorum.applied().applied_index,
+        "applied_index": ctx.quorum.applied_index(),
     });
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, Json(body))

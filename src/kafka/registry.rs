@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestKind, ResponseKind};
-use kafka_protocol::protocol::VersionRange;
+use kafka_protocol::protocol::{StrBytes, VersionRange};
 use kafka_protocol::ResponseError;
 
 use super::connection::{encode_response, Request};
@@ -67,11 +67,12 @@ pub fn api_versions_unsupported(correlation_id: i32) -> Option<Bytes> {
     encode_response(ApiKey::ApiVersions, 0, correlation_id, &body).ok()
 }
 
-/// Who sent a request, for the APIs that record it (group members).
+/// Who sent a request, for the APIs that record it (group members). Cheap
+/// to build for every request: the id shares the request's buffer.
 #[derive(Debug, Clone)]
 pub struct Client {
     pub host: IpAddr,
-    pub id: String,
+    pub id: Option<StrBytes>,
 }
 
 /// A response being worked out; `None` when no answer is due (acks=0).
@@ -83,8 +84,7 @@ pub type PendingResponse = Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
 pub fn dispatch(ctx: Arc<NodeContext>, request: Request, peer: IpAddr) -> PendingResponse {
     let (api, version, correlation_id) =
         (request.api, request.header.request_api_version, request.header.correlation_id);
-    let client =
-        Client { host: peer, id: request.header.client_id.as_ref().map(|s| s.to_string()).unwrap_or_default() };
+    let client = Client { host: peer, id: request.header.client_id.clone() };
     match request.body {
         RequestKind::Produce(r) => {
             let in_flight = handlers::produce::append(&ctx, r, version);

@@ -150,7 +150,7 @@ pub async fn join(ctx: &NodeContext, r: JoinGroupRequest, version: i16, client: 
     let req = JoinRequest {
         member_id: r.member_id.to_string(),
         instance_id: if version >= 5 { opt_str(&r.group_instance_id).map(str::to_string) } else { None },
-        client_id: client.id.clone(),
+        client_id: client.id.as_ref().map(|s| s.to_string()).unwrap_or_default(),
         client_host: format!("/{}", client.host),
         session_timeout_ms: r.session_timeout_ms,
         rebalance_timeout_ms: if version >= 1 { r.rebalance_timeout_ms } else { r.session_timeout_ms },
@@ -322,8 +322,9 @@ pub async fn commit(ctx: &NodeContext, r: OffsetCommitRequest, version: i16) -> 
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-/// One partition's committed offset: (partition, offset, leader epoch, metadata, error code).
-type FetchedPartition = (i32, i64, i32, String, i16);
+/// One partition's committed offset: (partition, offset, leader epoch, metadata);
+/// -1 offsets when nothing is committed (no error: Kafka's answer).
+type FetchedPartition = (i32, i64, i32, String);
 /// One group's committed offsets by topic.
 type FetchedTopics = Vec<(StrBytes, Vec<FetchedPartition>)>;
 
@@ -338,8 +339,8 @@ fn fetch_group(
     let mut by_topic: BTreeMap<String, Vec<FetchedPartition>> = BTreeMap::new();
     for ((t, p), c) in found {
         let row = match c {
-            Some(c) => (p, c.offset, c.leader_epoch, c.metadata, 0),
-            None => (p, -1, -1, String::new(), 0),
+            Some(c) => (p, c.offset, c.leader_epoch, c.metadata),
+            None => (p, -1, -1, String::new()),
         };
         by_topic.entry(t).or_default().push(row);
     }
@@ -373,13 +374,12 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16) -> 
                             OffsetFetchResponseTopics::default().with_name(TopicName(name)).with_partitions(
                                 parts
                                     .into_iter()
-                                    .map(|(p, o, e, m, c)| {
+                                    .map(|(p, o, e, m)| {
                                         OffsetFetchResponsePartitions::default()
                                             .with_partition_index(p)
                                             .with_committed_offset(o)
                                             .with_committed_leader_epoch(e)
                                             .with_metadata(Some(str_bytes(m)))
-                                            .with_error_code(c)
                                     })
                                     .collect(),
                             )
@@ -402,12 +402,11 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16) -> 
                     OffsetFetchResponseTopic::default().with_name(TopicName(name)).with_partitions(
                         parts
                             .into_iter()
-                            .map(|(p, o, e, m, c)| {
+                            .map(|(p, o, e, m)| {
                                 let mut part = OffsetFetchResponsePartition::default()
                                     .with_partition_index(p)
                                     .with_committed_offset(o)
-                                    .with_metadata(Some(str_bytes(m)))
-                                    .with_error_code(c);
+                                    .with_metadata(Some(str_bytes(m)));
                                 if version >= 5 {
                                     part.committed_leader_epoch = e;
                                 }
