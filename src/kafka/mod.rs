@@ -5,6 +5,8 @@
 //!   bounded number in flight, responses in request order, idle timeout.
 //! - [`registry`]: the one table of supported APIs and versions; it both
 //!   dispatches and answers ApiVersions.
+//! - [`authorized_operations`]: what Metadata, DescribeCluster and
+//!   DescribeGroups report a caller may do with a resource.
 //! - [`handlers`]: one file per API (or small family); handlers take decoded
 //!   values and return responses, and never touch the socket.
 //!
@@ -12,6 +14,7 @@
 //! connection with a log line (ApiVersions answers UNSUPPORTED_VERSION, as
 //! KIP-511 prescribes); other connections are unaffected.
 
+pub mod authorized_operations;
 pub mod connection;
 pub mod handlers;
 pub mod producer_ids;

@@ -142,7 +142,7 @@ async fn handle(
         RequestKind::IncrementalAlterConfigs(r) => {
             ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(ctx, r).await)
         }
-        RequestKind::DescribeCluster(_) => ResponseKind::DescribeCluster(handlers::cluster::describe(ctx, version)),
+        RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(handlers::cluster::describe(ctx, r, version)),
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(handlers::cluster::init_producer_id(ctx, r).await)
         }

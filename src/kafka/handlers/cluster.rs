@@ -2,15 +2,17 @@
 
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{
-    BrokerId, DescribeClusterResponse, InitProducerIdRequest, InitProducerIdResponse, ProducerId,
+    BrokerId, DescribeClusterRequest, DescribeClusterResponse, InitProducerIdRequest, InitProducerIdResponse,
+    ProducerId,
 };
 use kafka_protocol::ResponseError;
 use strom_raft::BrokerState;
 
 use super::{split_addr, str_bytes};
+use crate::kafka::authorized_operations::{authorized_operations, Resource};
 use crate::node::NodeContext;
 
-pub fn describe(ctx: &NodeContext, version: i16) -> DescribeClusterResponse {
+pub fn describe(ctx: &NodeContext, request: DescribeClusterRequest, version: i16) -> DescribeClusterResponse {
     let image = ctx.quorum.image();
     let brokers = image
         .brokers
@@ -28,6 +30,10 @@ pub fn describe(ctx: &NodeContext, version: i16) -> DescribeClusterResponse {
         .with_cluster_id(str_bytes(image.cluster_id.clone().unwrap_or_default()))
         .with_controller_id(BrokerId(ctx.quorum.leader().map_or(-1, |l| l as i32)))
         .with_brokers(brokers)
+        .with_cluster_authorized_operations(authorized_operations(
+            Resource::Cluster,
+            request.include_cluster_authorized_operations,
+        ))
 }
 
 pub async fn init_producer_id(ctx: &NodeContext, request: InitProducerIdRequest) -> InitProducerIdResponse {

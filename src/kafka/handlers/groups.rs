@@ -26,6 +26,7 @@ use super::{split_addr, str_bytes};
 use crate::controller::protocol::ControllerRequest;
 use crate::error::ErrorCode;
 use crate::group::{CommitAuth, JoinRequest, OffsetCommit, SyncRequest, OFFSETS_TOPIC};
+use crate::kafka::authorized_operations::{authorized_operations, Resource};
 use crate::kafka::registry::Client;
 use crate::node::NodeContext;
 
@@ -467,11 +468,12 @@ pub fn list(ctx: &NodeContext, r: ListGroupsRequest, version: i16) -> ListGroups
 }
 
 pub fn describe(ctx: &NodeContext, r: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
+    let operations = authorized_operations(Resource::Group, version >= 3 && r.include_authorized_operations);
     let groups = r
         .groups
         .into_iter()
         .map(|id| {
-            let mut out = DescribedGroup::default().with_group_id(id.clone());
+            let mut out = DescribedGroup::default().with_group_id(id.clone()).with_authorized_operations(operations);
             match ctx.groups.describe(partition_of(ctx, id.as_str()), id.as_str()) {
                 Err(e) => out.error_code = e.code(),
                 // Kafka describes an unknown group as Dead, without an error.

@@ -15,6 +15,7 @@ use super::{split_addr, str_bytes, topic_uuid};
 use crate::controller::protocol::ControllerRequest;
 use crate::controller::topics::validate_topic_name;
 use crate::error::ErrorCode;
+use crate::kafka::authorized_operations::{authorized_operations, Resource};
 use crate::node::NodeContext;
 
 /// Creates missing topics with the broker defaults (Kafka's auto-create).
@@ -35,7 +36,7 @@ pub async fn auto_create(ctx: &NodeContext, names: &[String]) {
     }
 }
 
-fn topic_entry(image: &MetadataImage, name: &str, version: i16) -> MetadataResponseTopic {
+fn topic_entry(image: &MetadataImage, name: &str, version: i16, operations: i32) -> MetadataResponseTopic {
     let mut t = MetadataResponseTopic::default();
     t.name = Some(TopicName(str_bytes(name)));
     let Some(topic) = image.topics.get(name) else {
@@ -50,6 +51,7 @@ fn topic_entry(image: &MetadataImage, name: &str, version: i16) -> MetadataRespo
         t.topic_id = topic_uuid(topic.topic_id);
     }
     t.is_internal = version >= 1 && name.starts_with("__");
+    t.topic_authorized_operations = operations;
     t.partitions = topic
         .partitions
         .iter()
@@ -108,6 +110,14 @@ pub async fn handle(ctx: &NodeContext, request: MetadataRequest, version: i16) -
         response.controller_id = BrokerId(ctx.quorum.leader().map_or(-1, |l| l as i32));
     }
     let names: Vec<String> = requested.unwrap_or_else(|| image.topics.keys().cloned().collect());
-    response.topics = names.iter().map(|n| topic_entry(&image, n, version)).collect();
+    // KIP-430: v8+ may ask for the operations allowed on each topic, and
+    // v8-v10 on the cluster (v11 moved that to DescribeCluster).
+    let topic_operations =
+        authorized_operations(Resource::Topic, version >= 8 && request.include_topic_authorized_operations);
+    response.cluster_authorized_operations = authorized_operations(
+        Resource::Cluster,
+        (8..=10).contains(&version) && request.include_cluster_authorized_operations,
+    );
+    response.topics = names.iter().map(|n| topic_entry(&image, n, version, topic_operations)).collect();
     response
 }
