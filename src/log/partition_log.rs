@@ -297,6 +297,19 @@ impl PartitionLog {
     /// end offset). Reads from one segment, as Kafka does. Empty at the log
     /// end; `OffsetOutOfRange` outside [log start offset, log end offset].
     pub fn read(&self, start_offset: i64, max_bytes: usize, max_offset: i64) -> Result<Bytes> {
+        self.read_bounded(start_offset, max_bytes, max_offset, true)
+    }
+
+    /// As [`Self::read`], but the first batch is returned when larger than
+    /// `max_bytes` only if `min_one_batch` (Fetch: the first non-empty
+    /// partition of a response, KIP-74); otherwise nothing is.
+    pub fn read_bounded(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<Bytes> {
         let log_end_offset = self.log_end_offset();
         let log_start_offset = self.log_start_offset();
         if start_offset < log_start_offset || start_offset > log_end_offset {
@@ -304,7 +317,7 @@ impl PartitionLog {
         }
         let floor = self.segments.range(..=start_offset).next_back().map_or(log_start_offset, |(&base, _)| base);
         for segment in self.segments.range(floor..).map(|(_, segment)| segment) {
-            if let Some(bytes) = segment.read(start_offset, max_bytes, max_offset, true)? {
+            if let Some(bytes) = segment.read(start_offset, max_bytes, max_offset, min_one_batch)? {
                 return Ok(Bytes::from(bytes));
             }
         }
@@ -323,6 +336,22 @@ impl PartitionLog {
             }
         }
         Ok(None)
+    }
+
+    /// The batch holding the largest timestamp below `max_offset`
+    /// (ListOffsets MAX_TIMESTAMP, KIP-734): that timestamp and the batch's
+    /// base offset, the earliest batch on a tie; `None` when no batch there
+    /// has a timestamp.
+    pub fn max_timestamp_batch(&self, max_offset: i64) -> Result<Option<TimestampOffset>> {
+        let mut best: Option<TimestampOffset> = None;
+        for segment in self.segments.values() {
+            if let Some(found) = segment.max_timestamp_batch(max_offset)? {
+                if best.is_none_or(|b| found.timestamp > b.timestamp) {
+                    best = Some(TimestampOffset { timestamp: found.timestamp, offset: found.base_offset });
+                }
+            }
+        }
+        Ok(best)
     }
 
     /// Deletes the oldest sealed segments while they breach `retention_ms`

@@ -615,3 +615,39 @@ fn compaction_keeps_the_latest_record_of_each_key_and_every_offset() {
     assert_eq!(log.append_as_leader(&mut batch, 0, 0).unwrap().base_offset, end);
     assert!(!dir.path().join(partition_dir_name(TOPIC, PARTITION)).join("compacting").exists());
 }
+
+#[test]
+fn read_bounded_returns_an_oversized_first_batch_only_when_asked() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut config = small_config();
+    config.segment_bytes = 1 << 20;
+    let mut log = open(dir.path(), config, 0);
+    let batches = append_batches(&mut log, 3, 0);
+    let size = batches[0].len();
+    // KIP-74: the first batch of a response goes whole even past the limit...
+    assert_eq!(log.read_bounded(0, 1, i64::MAX, true).expect("partition log test step").len(), size);
+    // ...but a later partition's oversized first batch is not sent at all.
+    assert!(log.read_bounded(0, size - 1, i64::MAX, false).expect("partition log test step").is_empty());
+    assert!(log.read_bounded(0, 0, i64::MAX, false).expect("partition log test step").is_empty());
+    assert_eq!(log.read_bounded(0, size * 2, i64::MAX, false).expect("partition log test step").len(), size * 2);
+}
+
+#[test]
+fn max_timestamp_batch_finds_the_largest_timestamp_below_the_bound() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut log = open(dir.path(), small_config(), 0);
+    assert_eq!(log.max_timestamp_batch(i64::MAX).expect("partition log test step"), None, "empty log");
+    // Small segments: the batches spread over several of them.
+    for (i, ts) in [100, 400, 250, 400, 300, 900].into_iter().enumerate() {
+        let mut batch = build_batch(3, ts, &payload(i, 300));
+        log.append_as_leader(&mut batch, 0, 0).expect("partition log test step");
+    }
+    assert!(log.segments.len() > 1, "the test wants several segments");
+    let found = |max_offset| log.max_timestamp_batch(max_offset).expect("partition log test step");
+    assert_eq!(found(i64::MAX), Some(TimestampOffset { timestamp: 900, offset: 15 }));
+    // Below a high watermark of 15 the 900 batch does not count; of the two 400s
+    // the earlier one wins.
+    assert_eq!(found(15), Some(TimestampOffset { timestamp: 400, offset: 3 }));
+    assert_eq!(found(3), Some(TimestampOffset { timestamp: 100, offset: 0 }));
+    assert_eq!(found(0), None);
+}

@@ -67,6 +67,13 @@ impl BatchInfo {
     }
 }
 
+/// A batch's max timestamp and base offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampAt {
+    pub timestamp: i64,
+    pub base_offset: i64,
+}
+
 /// A batch found at a file position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchAt {
@@ -355,6 +362,33 @@ impl LogSegment {
             position += info.size_bytes;
         }
         Ok(None)
+    }
+
+    /// The batch holding this segment's largest timestamp among the batches
+    /// whose base offset is below `max_offset` (ListOffsets MAX_TIMESTAMP,
+    /// KIP-734): its max timestamp and base offset, the earliest batch on a
+    /// tie. Scans the batch headers only when the tracked maximum lies at or
+    /// past `max_offset` (not yet below the high watermark).
+    pub fn max_timestamp_batch(&self, max_offset: i64) -> Result<Option<TimestampAt>> {
+        if self.base_offset >= max_offset || self.max_timestamp < 0 {
+            return Ok(None);
+        }
+        if self.offset_of_max_timestamp < max_offset {
+            return Ok(Some(TimestampAt { timestamp: self.max_timestamp, base_offset: self.offset_of_max_timestamp }));
+        }
+        let mut best: Option<TimestampAt> = None;
+        let mut position = 0;
+        while position < self.size_bytes {
+            let info = read_batch_info(&self.log_file, position, self.size_bytes)?;
+            if info.base_offset >= max_offset {
+                break;
+            }
+            if best.is_none_or(|b| info.max_timestamp > b.timestamp) {
+                best = Some(TimestampAt { timestamp: info.max_timestamp, base_offset: info.base_offset });
+            }
+            position += info.size_bytes;
+        }
+        Ok(best.filter(|b| b.timestamp >= 0))
     }
 
     /// Removes the batch holding `offset` and everything after it; the

@@ -19,6 +19,10 @@ use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
 use crate::log::batch::{split_record_set, BatchHeader};
 use crate::log::{LogConfig, LogError, PartitionLog};
 
+/// ListOffsets' timestamp for "the record with the largest timestamp"
+/// (KIP-734, ListOffsets v7+).
+const MAX_TIMESTAMP: i64 = -3;
+
 /// Why a partition operation failed; mapped to Kafka codes in `crate::error`.
 #[derive(Debug, thiserror::Error)]
 pub enum PartitionError {
@@ -128,6 +132,25 @@ fn first_record_at_or_after(mut batch: Bytes, ts: i64) -> Option<(i64, i64)> {
         }
     };
     set.records.iter().find(|r| r.timestamp >= ts).map(|r| (r.timestamp, r.offset))
+}
+
+/// The record with the largest timestamp in the first batch of `batch`
+/// (the first such record on a tie), as (timestamp, offset).
+fn record_with_max_timestamp(mut batch: Bytes) -> Option<(i64, i64)> {
+    let set = match kafka_protocol::records::RecordBatchDecoder::decode(&mut batch) {
+        Ok(set) => set,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot decode a batch for a timestamp lookup; answering with its base offset");
+            return None;
+        }
+    };
+    let mut best: Option<(i64, i64)> = None;
+    for record in &set.records {
+        if best.is_none_or(|(timestamp, _)| record.timestamp > timestamp) {
+            best = Some((record.timestamp, record.offset));
+        }
+    }
+    best
 }
 
 /// Rebuilds producer state from the batch headers in the log.
@@ -412,11 +435,14 @@ impl Partition {
     }
 
     /// Reads for a consumer (below the high watermark) or a follower
-    /// (`replica_id`, up to the log end, recording its progress).
+    /// (`replica_id`, up to the log end, recording its progress). A first
+    /// batch larger than `max_bytes` is returned whole only with
+    /// `min_one_batch` (KIP-74), else nothing is.
     pub fn read(
         &self,
         fetch_offset: i64,
         max_bytes: usize,
+        min_one_batch: bool,
         current_leader_epoch: i32,
         replica_id: Option<i32>,
     ) -> Result<ReadResult, PartitionError> {
@@ -437,7 +463,7 @@ impl Partition {
         let records = if fetch_offset >= max_offset && fetch_offset <= st.log.log_end_offset() {
             Bytes::new()
         } else {
-            st.log.read(fetch_offset, max_bytes, max_offset)?
+            st.log.read_bounded(fetch_offset, max_bytes, max_offset, min_one_batch)?
         };
         Ok(ReadResult {
             records,
@@ -463,8 +489,9 @@ impl Partition {
         Ok((st.log.read(offset, max_bytes, end)?, end))
     }
 
-    /// ListOffsets: -2 earliest, -1 latest (the high watermark), else the
-    /// first batch whose max timestamp is at or after `timestamp`.
+    /// ListOffsets: -2 earliest, -1 latest (the high watermark), -3 the
+    /// record with the largest timestamp (KIP-734), else the first record
+    /// whose timestamp is at or after `timestamp`.
     pub fn offset_for(&self, timestamp: i64, current_leader_epoch: i32) -> Result<(i64, i64), PartitionError> {
         let st = self.state();
         if !st.is_leader {
@@ -474,6 +501,13 @@ impl Partition {
         match timestamp {
             -2 => Ok((-1, st.log.log_start_offset())),
             -1 => Ok((-1, st.high_watermark)),
+            MAX_TIMESTAMP => match st.log.max_timestamp_batch(st.high_watermark)? {
+                Some(found) => {
+                    let batch = st.log.read(found.offset, 1, st.high_watermark)?;
+                    Ok(record_with_max_timestamp(batch).unwrap_or((found.timestamp, found.offset)))
+                }
+                None => Ok((-1, -1)),
+            },
             ts => match st.log.offset_for_timestamp(ts)? {
                 Some(found) if found.offset < st.high_watermark => {
                     let batch = st.log.read(found.offset, 1, st.high_watermark)?;

@@ -46,18 +46,15 @@ fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> 
                     let Some(partition) = ctx.replicas.get(name, fp.partition) else {
                         return empty(fp.partition, missing_partition_code(&image, name, fp.partition));
                     };
-                    // The first batch is always sent whole (KIP-74); after
-                    // that, the response's budget is a hard limit.
-                    let limit =
-                        (fp.partition_max_bytes.max(0) as usize).min(if total == 0 { usize::MAX } else { budget });
-                    if limit == 0 {
-                        let o = partition.offsets();
-                        return empty(fp.partition, 0)
-                            .with_high_watermark(o.high_watermark)
-                            .with_last_stable_offset(o.high_watermark)
-                            .with_log_start_offset(o.log_start_offset);
-                    }
-                    match partition.read(fp.fetch_offset, limit, fp.current_leader_epoch, replica) {
+                    // KIP-74: the response's `max_bytes` and each partition's
+                    // limit bound what is returned, except that the first
+                    // batch of the first non-empty partition goes whole, even
+                    // if larger than both, so that a consumer makes progress.
+                    let limit = (fp.partition_max_bytes.max(0) as usize).min(budget);
+                    // Read even with no budget left: a follower's fetch
+                    // offset is its progress, recorded by the read.
+                    let min_one_batch = total == 0;
+                    match partition.read(fp.fetch_offset, limit, min_one_batch, fp.current_leader_epoch, replica) {
                         Ok(r) => {
                             total += r.records.len();
                             budget = budget.saturating_sub(r.records.len());
