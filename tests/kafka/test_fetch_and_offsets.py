@@ -1,10 +1,9 @@
-"""Fetch size limits (KIP-74), ListOffsets MAX_TIMESTAMP (KIP-734) and authorized
-operations (KIP-430): defects an independent client suite found, each checked with
+"""Fetch size limits (KIP-74), ListOffsets MAX_TIMESTAMP (KIP-734), authorized
+operations (KIP-430) and Metadata by topic id: defects an independent client suite found, each checked with
 confluent-kafka and, where the client hides the detail, with hand-made requests."""
-import socket
 import time
+import uuid
 
-import confluent_kafka as ck
 from confluent_kafka import TopicCollection, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
@@ -175,3 +174,46 @@ def test_authorized_operations_by_hand_only_when_asked(cluster):
     topic_ops, cluster_ops = metadata(True)
     assert bin(topic_ops).count("1") == 8 and bin(cluster_ops).count("1") == 7, (topic_ops, cluster_ops)
     assert metadata(False) == (-2147483648, -2147483648)
+
+
+def metadata_v12(addr, topics):
+    """Metadata v12 (flexible) for topics given as (uuid.UUID or None, name or None):
+    [(error_code, name, topic_id, partition count)]."""
+    body = wire.carray([id_.bytes + wire.cstring(name) + wire.NO_TAGS for id_, name in topics])
+    body += wire.i8(0) + wire.i8(0) + wire.NO_TAGS
+    r = wire.roundtrip(addr, wire.API_METADATA, 12, body, flexible=True)
+    r.i32()  # throttle
+    for _ in range(r.carray_len()):
+        r.i32(), r.cstring(), r.i32(), r.cstring()
+        r.skip_tags()
+    r.cstring()  # cluster id
+    r.i32()  # controller
+    out = []
+    for _ in range(r.carray_len()):
+        err, name, topic_id = r.i16(), r.cstring(), uuid.UUID(bytes=r.take(16))
+        r.i8()  # internal
+        n = r.carray_len()
+        for _ in range(n):
+            r.i16(), r.i32(), r.i32(), r.i32()
+            for _ in range(3):
+                for _ in range(r.carray_len()):
+                    r.i32()
+            r.skip_tags()
+        r.i32()  # authorized operations
+        r.skip_tags()
+        out.append((err, name, topic_id, n))
+    return out
+
+
+def test_metadata_v12_by_topic_id(cluster):
+    """Metadata v12 looks topics up by id (a lookup the request allows since v10): the
+    answer names the topic; an unknown id gets UNKNOWN_TOPIC_ID (100), not silence."""
+    topic = "metadata-by-id"
+    cluster.create_topic(topic, partitions=3)
+    described = cluster.wait_topic(topic, 3)
+    topic_id = uuid.UUID(described["topic_id"])
+    unknown = uuid.uuid4()
+    got = metadata_v12(cluster.node(1).kafka_addr, [(topic_id, None), (unknown, None)])
+    assert sorted(got, key=lambda t: t[0]) == [(0, topic, topic_id, 3), (100, None, unknown, 0)], got
+    # By name, the id comes back.
+    assert metadata_v12(cluster.node(1).kafka_addr, [(uuid.UUID(int=0), topic)]) == [(0, topic, topic_id, 3)]

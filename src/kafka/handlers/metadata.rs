@@ -80,9 +80,23 @@ fn topic_entry(image: &MetadataImage, name: &str, version: i16, operations: i32)
 }
 
 pub async fn handle(ctx: &NodeContext, request: MetadataRequest, version: i16) -> MetadataResponse {
+    // Topics named, or (v10+) given by id alone; unknown ids are answered
+    // apart, with UNKNOWN_TOPIC_ID.
+    let mut unknown_ids = Vec::new();
     let requested: Option<Vec<String>> = match request.topics {
         Some(topics) if !(version == 0 && topics.is_empty()) => {
-            Some(topics.into_iter().filter_map(|t| t.name.map(|n| n.0.to_string())).collect())
+            let image = ctx.quorum.image();
+            let mut names = Vec::with_capacity(topics.len());
+            for t in topics {
+                match t.name {
+                    Some(name) => names.push(name.0.to_string()),
+                    None => match image.topics.values().find(|x| topic_uuid(x.topic_id) == t.topic_id) {
+                        Some(topic) => names.push(topic.name.clone()),
+                        None => unknown_ids.push(t.topic_id),
+                    },
+                }
+            }
+            Some(names)
         }
         _ => None,
     };
@@ -119,5 +133,11 @@ pub async fn handle(ctx: &NodeContext, request: MetadataRequest, version: i16) -
         (8..=10).contains(&version) && request.include_cluster_authorized_operations,
     );
     response.topics = names.iter().map(|n| topic_entry(&image, n, version, topic_operations)).collect();
+    response.topics.extend(unknown_ids.into_iter().map(|id| {
+        MetadataResponseTopic::default()
+            .with_name(None)
+            .with_topic_id(id)
+            .with_error_code(ResponseError::UnknownTopicId.code())
+    }));
     response
 }
