@@ -192,3 +192,35 @@ def test_follower_truncates_a_suffix_the_new_leader_never_had(make_cluster):
     c.close()
     assert values == [b"committed-%d" % i for i in range(10)] + [b"new-leader-%d" % i for i in range(3)]
     assert not any(v.startswith(b"only-on-a") for v in values)
+
+
+def test_follower_behind_the_leaders_log_start_catches_up(make_cluster):
+    """A follower that was down while retention deleted the segments it still needed gets
+    OFFSET_OUT_OF_RANGE with the leader's log start offset, starts over there and rejoins
+    the ISR. (The error used to carry log start -1, so the follower fetched the same
+    offset forever and never rejoined.)"""
+    cluster = make_cluster(3, FAST + ("log.retention.check.interval.ms=200",))
+    cluster.create_topic("behind", partitions=1, rf=3,
+                         configs={"segment.bytes": "20000", "retention.bytes": "40000"})
+    cluster.wait_topic("behind", 1)
+    leader = cluster.leaders("behind")[0]
+    follower = next(n for n in (1, 2, 3) if n != leader)
+    p = producer(cluster, **{"batch.size": 4000})
+    for i in range(20):
+        p.produce("behind", value=b"before-%04d" % i)
+    assert p.flush(30) == 0
+    wait_for("every replica in the ISR", 20, lambda: sorted(isr(cluster, "behind", 0, leader) or []) == [1, 2, 3])
+    cluster.kill(follower)
+    wait_for("the killed follower out of the ISR", 20, lambda: follower not in isr(cluster, "behind", 0, leader))
+    for i in range(2000):
+        p.produce("behind", value=b"x" * 200)
+        if i % 200 == 0:
+            p.poll(0)
+    assert p.flush(60) == 0
+
+    def log_start():
+        t = cluster.topic("behind", via=leader)
+        return t["partitions"][0]["log_start_offset"] if t else None
+    wait_for("retention past the follower's log end", 30, lambda: (log_start() or 0) > 1000)
+    cluster.launch(follower)
+    wait_for("the follower back in the ISR", 60, lambda: follower in (isr(cluster, "behind", 0, leader) or []))

@@ -12,7 +12,9 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 
 use super::{missing_partition_code, partition_error_code};
+use crate::log::LogError;
 use crate::node::NodeContext;
+use crate::replication::PartitionError;
 
 /// Longest long-poll, whatever the client asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
@@ -63,6 +65,15 @@ fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> 
                                 .with_last_stable_offset(r.high_watermark)
                                 .with_log_start_offset(r.log_start_offset)
                                 .with_records(Some(r.records))
+                        }
+                        // Out of range: the log start offset and high watermark
+                        // tell a follower (or a consumer's reset) where the log is.
+                        Err(e @ PartitionError::Log(LogError::OffsetOutOfRange { .. })) => {
+                            let o = partition.offsets();
+                            empty(fp.partition, partition_error_code(&e))
+                                .with_high_watermark(o.high_watermark)
+                                .with_last_stable_offset(o.high_watermark)
+                                .with_log_start_offset(o.log_start_offset)
                         }
                         Err(e) => empty(fp.partition, partition_error_code(&e)),
                     }
