@@ -62,6 +62,26 @@ struct Shard {
     groups: HashMap<String, Group>,
 }
 
+/// Records appended to a partition of `__consumer_offsets` as its leader,
+/// not yet known to be committed.
+#[derive(Debug, Clone, Copy)]
+struct Appended {
+    partition: i32,
+    base_offset: i64,
+    last_offset: i64,
+    leader_epoch: i32,
+}
+
+/// Group metadata appended for a group, waiting for the high watermark.
+#[derive(Debug)]
+struct PendingStore {
+    partition: i32,
+    group_id: String,
+    /// The generation whose leader's assignment this is, if it is one.
+    generation: Option<i32>,
+    appended: Result<Appended, ResponseError>,
+}
+
 /// One partition's commit as a handler hands it in.
 #[derive(Debug, Clone)]
 pub struct OffsetCommit {
@@ -150,7 +170,9 @@ impl GroupCoordinator {
 
     /// Runs `f` on the group (created when `create`), if this broker coordinates it.
     /// `Ok(None)`: the group does not exist. Any metadata the transition asks
-    /// to store is written in the background.
+    /// to store is appended before the lock is released, so group records
+    /// reach the log in the order of the transitions that made them; the wait
+    /// for the high watermark happens in the background.
     fn with_group<R>(
         self: &Arc<Self>,
         partition: i32,
@@ -158,7 +180,7 @@ impl GroupCoordinator {
         create: bool,
         f: impl FnOnce(&mut Group) -> R,
     ) -> Result<Option<R>, ResponseError> {
-        let (result, persist) = {
+        let (result, store) = {
             let mut shards = self.shards();
             let shard = shards.get_mut(&partition).ok_or(ResponseError::NotCoordinator)?;
             if !shard.loaded {
@@ -172,45 +194,65 @@ impl GroupCoordinator {
             }
             let Some(group) = shard.groups.get_mut(group_id) else { return Ok(None) };
             let result = f(group);
-            let persist = group.take_persist().map(|v| (v, group.awaiting_store));
-            if group.state == GroupState::Empty && group.generation == 0 && group.offsets.is_empty() {
-                // Nothing ever happened in it (a refused first join, say): not a group.
+            let store = self.append_group(partition, group);
+            if group.is_unused() {
                 shard.groups.remove(group_id);
             }
-            (result, persist)
+            (result, store)
         };
-        if let Some((value, generation)) = persist {
-            self.store_group(partition, group_id.to_string(), value, generation);
+        if let Some(store) = store {
+            self.finish_store(store);
         }
         Ok(Some(result))
     }
 
-    /// Writes group metadata; a leader's assignment (generation `Some`) is
-    /// handed to its members once stored.
-    fn store_group(self: &Arc<Self>, partition: i32, group_id: String, value: GroupValue, generation: Option<i32>) {
+    /// Appends the group metadata a transition asked to store, if any. Called
+    /// with the shards lock held: see [`GroupCoordinator::append`].
+    fn append_group(&self, partition: i32, group: &mut Group) -> Option<PendingStore> {
+        let value = group.take_persist()?;
+        let key = RecordKey::Group { group: group.id.clone() };
+        let appended = self.append(partition, vec![(key.encode(), Some(value.encode()))]);
+        Some(PendingStore { partition, group_id: group.id.clone(), generation: group.awaiting_store, appended })
+    }
+
+    /// Waits in the background for stored group metadata to be committed; a
+    /// leader's assignment (generation `Some`) is then handed to its members.
+    fn finish_store(self: &Arc<Self>, store: PendingStore) {
         let this = self.clone();
         tokio::spawn(async move {
-            let key = RecordKey::Group { group: group_id.clone() };
-            let result = this.write(partition, vec![(key.encode(), Some(value.encode()))]).await.map(|_| ());
+            let PendingStore { partition, group_id, generation, appended } = store;
+            let result = match appended {
+                Ok(a) => this.await_commit(a).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
             if let Err(e) = result {
                 tracing::warn!(group = %group_id, error = ?e, "storing group metadata failed");
             }
-            if let Some(generation) = generation {
+            let Some(generation) = generation else { return };
+            let next = {
                 let mut shards = this.shards();
-                if let Some(g) = shards.get_mut(&partition).and_then(|s| s.groups.get_mut(&group_id)) {
-                    g.stored(generation, result, Instant::now(), now_ms());
-                    if g.state == GroupState::Stable {
-                        tracing::info!(group = %group_id, generation, members = g.members.len(), "group stable");
-                    }
+                let Some(g) = shards.get_mut(&partition).and_then(|s| s.groups.get_mut(&group_id)) else { return };
+                g.stored(generation, result, Instant::now(), now_ms());
+                if g.state == GroupState::Stable {
+                    tracing::info!(group = %group_id, generation, members = g.members.len(), "group stable");
                 }
+                this.append_group(partition, g)
+            };
+            if let Some(next) = next {
+                this.finish_store(next);
             }
         });
     }
 
     /// Appends `(key, value)` records to a partition of `__consumer_offsets`
-    /// as its leader and waits until the high watermark passes them; the
-    /// log offset of the first record.
-    async fn write(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> Result<i64, ResponseError> {
+    /// as its leader, without waiting for the high watermark.
+    ///
+    /// Synchronous on purpose: every caller appends while it holds the shards
+    /// lock, in the same critical section as the transition or check that
+    /// decided the write, so the log holds a group's records in the order
+    /// they were decided (and the last record written is the newest). An
+    /// OffsetCommit is checked and appended before its handler first waits.
+    fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> Result<Appended, ResponseError> {
         let p = self.replicas.get(OFFSETS_TOPIC, partition).ok_or(ResponseError::NotCoordinator)?;
         let now = now_ms();
         let batch: Vec<Record> = records
@@ -220,6 +262,18 @@ impl GroupCoordinator {
             .collect();
         let mut buf = encode_batch(batch).ok_or(ResponseError::UnknownServerError)?;
         let appended = p.append_as_leader(&mut buf, true).map_err(|e| write_error(&e))?;
+        Ok(Appended {
+            partition,
+            base_offset: appended.base_offset,
+            last_offset: appended.last_offset,
+            leader_epoch: appended.leader_epoch,
+        })
+    }
+
+    /// Waits until the high watermark passes appended records; the log offset
+    /// of the first one.
+    async fn await_commit(&self, appended: Appended) -> Result<i64, ResponseError> {
+        let p = self.replicas.get(OFFSETS_TOPIC, appended.partition).ok_or(ResponseError::NotCoordinator)?;
         let timeout =
             Duration::from_millis(self.settings.int("offsets.commit.timeout.ms").unwrap_or(5000).max(1) as u64);
         match p.wait_for_commit(appended.last_offset, appended.leader_epoch, timeout).await {
@@ -376,20 +430,20 @@ impl GroupCoordinator {
     fn tick(self: &Arc<Self>) {
         let now = Instant::now();
         let now_ms = now_ms();
-        let mut persists = Vec::new();
+        let mut stores = Vec::new();
         {
             let mut shards = self.shards();
             for (&index, shard) in shards.iter_mut().filter(|(_, s)| s.loaded) {
                 for g in shard.groups.values_mut() {
                     g.tick(now, now_ms);
-                    if let Some(v) = g.take_persist() {
-                        persists.push((index, g.id.clone(), v, g.awaiting_store));
-                    }
+                    stores.extend(self.append_group(index, g));
                 }
+                // A group that only ever had pending member ids, now lapsed.
+                shard.groups.retain(|_, g| !g.is_unused());
             }
         }
-        for (index, id, value, generation) in persists {
-            self.store_group(index, id, value, generation);
+        for store in stores {
+            self.finish_store(store);
         }
     }
 
@@ -398,36 +452,46 @@ impl GroupCoordinator {
     async fn expire_offsets(self: &Arc<Self>) {
         let retention_ms = self.settings.int("offsets.retention.minutes").unwrap_or(10_080).saturating_mul(60_000);
         let now_ms = now_ms();
-        // (partition, group, expired offsets, whether the group goes too)
-        type Expiry = (i32, String, Vec<(String, i32)>, bool);
+        // (partition, group, expired offsets, whether the group goes too, the tombstones appended)
+        type Expiry = (i32, String, Vec<(String, i32)>, bool, Result<Appended, ResponseError>);
         let mut work: Vec<Expiry> = Vec::new();
         {
+            // Decided and appended in one critical section: no commit of the
+            // group is appended between the check and the tombstones.
             let shards = self.shards();
             for (&index, shard) in shards.iter().filter(|(_, s)| s.loaded) {
                 for g in shard.groups.values() {
                     let expired = g.expired_offsets(now_ms, retention_ms);
                     let drop_group = g.state == GroupState::Empty && expired.len() == g.offsets.len();
-                    if !expired.is_empty() || (drop_group && g.members.is_empty()) {
-                        work.push((index, g.id.clone(), expired, drop_group));
+                    if expired.is_empty() && !(drop_group && g.members.is_empty()) {
+                        continue;
                     }
+                    let mut tombstones: Vec<(Bytes, Option<Bytes>)> = expired
+                        .iter()
+                        .map(|(t, p)| {
+                            (RecordKey::Offset { group: g.id.clone(), topic: t.clone(), partition: *p }.encode(), None)
+                        })
+                        .collect();
+                    if drop_group {
+                        tombstones.push((RecordKey::Group { group: g.id.clone() }.encode(), None));
+                    }
+                    let appended = self.append(index, tombstones);
+                    work.push((index, g.id.clone(), expired, drop_group, appended));
                 }
             }
         }
-        for (index, id, expired, drop_group) in work {
-            let mut tombstones: Vec<(Bytes, Option<Bytes>)> = expired
-                .iter()
-                .map(|(t, p)| (RecordKey::Offset { group: id.clone(), topic: t.clone(), partition: *p }.encode(), None))
-                .collect();
-            if drop_group {
-                tombstones.push((RecordKey::Group { group: id.clone() }.encode(), None));
-            }
-            match self.write(index, tombstones).await {
-                Ok(_) => {
+        for (index, id, expired, drop_group, appended) in work {
+            let written = match appended {
+                Ok(a) => self.await_commit(a).await,
+                Err(e) => Err(e),
+            };
+            match written {
+                Ok(base) => {
                     let mut shards = self.shards();
                     if let Some(shard) = shards.get_mut(&index) {
                         if let Some(g) = shard.groups.get_mut(&id) {
-                            for k in &expired {
-                                g.offsets.remove(k);
+                            for (n, (t, p)) in expired.iter().enumerate() {
+                                g.remove_offset(t, *p, base + n as i64);
                             }
                             if drop_group && g.state == GroupState::Empty && g.offsets.is_empty() {
                                 shard.groups.remove(&id);
@@ -491,6 +555,13 @@ impl GroupCoordinator {
     }
 
     /// Validates and stores offset commits; one error (or none) per commit, in order.
+    ///
+    /// The check and the append happen before the first await, in one
+    /// critical section: a connection that polls this future once per
+    /// commit, in arrival order, gets its commits appended in that order
+    /// (Kafka applies a connection's requests in order, and a group's commits
+    /// in the order they were appended). Only the wait for the high watermark
+    /// runs concurrently.
     pub async fn commit(
         self: &Arc<Self>,
         partition: i32,
@@ -500,12 +571,6 @@ impl GroupCoordinator {
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
         let now = Instant::now();
         let simple = auth.generation < 0 && auth.member_id.is_empty();
-        let checked = self.with_group(partition, group_id, simple, |g| g.check_commit(&auth, now))?;
-        match checked {
-            None => return Err(ResponseError::IllegalGeneration),
-            Some(Err(e)) => return Err(e),
-            Some(Ok(())) => {}
-        }
         let max_metadata = self.settings.int("offset.metadata.max.bytes").unwrap_or(4096).max(0) as usize;
         let mut results: Vec<Option<ResponseError>> = vec![None; commits.len()];
         let mut to_write = Vec::new();
@@ -517,10 +582,7 @@ impl GroupCoordinator {
             }
             to_write.push(i);
         }
-        if to_write.is_empty() {
-            return Ok(results);
-        }
-        let records = to_write
+        let records: Vec<(Bytes, Option<Bytes>)> = to_write
             .iter()
             .map(|&i| {
                 let c = &commits[i];
@@ -535,8 +597,24 @@ impl GroupCoordinator {
                 (key.encode(), Some(value.encode()))
             })
             .collect();
-        match self.write(partition, records).await {
+        let checked = self.with_group(partition, group_id, simple, |g| {
+            g.check_commit(&auth, now)?;
+            Ok((!records.is_empty()).then(|| self.append(partition, records)))
+        })?;
+        let appended = match checked {
+            None => return Err(ResponseError::IllegalGeneration),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(None)) => return Ok(results),
+            Some(Ok(Some(appended))) => appended,
+        };
+        let written = match appended {
+            Ok(a) => self.await_commit(a).await,
+            Err(e) => Err(e),
+        };
+        match written {
             Ok(base) => {
+                // Applied by record offset, not by completion order: a commit
+                // answered later but appended earlier never replaces a newer one.
                 let _ = self.with_group(partition, group_id, true, |g| {
                     for (n, &i) in to_write.iter().enumerate() {
                         let c = &commits[i];
@@ -635,21 +713,26 @@ impl GroupCoordinator {
     pub async fn delete_group(self: &Arc<Self>, partition: i32, group_id: &str) -> Result<(), ResponseError> {
         // Dead while its tombstones are written: a member joining meanwhile is
         // told to retry, and cannot bring back offsets the log no longer has.
-        let offsets = self.with_group(partition, group_id, false, |g| match g.state {
+        let appended = self.with_group(partition, group_id, false, |g| match g.state {
             GroupState::Empty => {
+                let mut tombstones: Vec<(Bytes, Option<Bytes>)> = g
+                    .offsets
+                    .keys()
+                    .map(|(topic, p)| {
+                        let key = RecordKey::Offset { group: g.id.clone(), topic: topic.clone(), partition: *p };
+                        (key.encode(), None)
+                    })
+                    .collect();
+                tombstones.push((RecordKey::Group { group: g.id.clone() }.encode(), None));
+                let appended = self.append(partition, tombstones)?;
                 g.state = GroupState::Dead;
-                Ok(g.offsets.keys().cloned().collect::<Vec<_>>())
+                Ok(appended)
             }
             GroupState::Dead => Err(ResponseError::GroupIdNotFound),
             _ => Err(ResponseError::NonEmptyGroup),
         })?;
-        let offsets = offsets.ok_or(ResponseError::GroupIdNotFound)??;
-        let mut tombstones: Vec<(Bytes, Option<Bytes>)> = offsets
-            .into_iter()
-            .map(|(topic, p)| (RecordKey::Offset { group: group_id.to_string(), topic, partition: p }.encode(), None))
-            .collect();
-        tombstones.push((RecordKey::Group { group: group_id.to_string() }.encode(), None));
-        let written = self.write(partition, tombstones).await;
+        let appended = appended.ok_or(ResponseError::GroupIdNotFound)??;
+        let written = self.await_commit(appended).await;
         let mut shards = self.shards();
         if let Some(shard) = shards.get_mut(&partition) {
             match written {
@@ -674,35 +757,35 @@ impl GroupCoordinator {
         group_id: &str,
         partitions: &[(String, i32)],
     ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
-        let plan = self.with_group(partition, group_id, false, |g| {
+        // Checked and appended in one critical section, like a commit.
+        let planned = self.with_group(partition, group_id, false, |g| {
             let subscribed = g.subscribed_topics();
             if g.state != GroupState::Empty && subscribed.is_none() {
                 return Err(ResponseError::NonEmptyGroup);
             }
             let subscribed = subscribed.unwrap_or_default();
-            Ok(partitions
+            let results: Vec<Option<ResponseError>> = partitions
                 .iter()
                 .map(|(t, _)| subscribed.contains(t).then_some(ResponseError::GroupSubscribedToTopic))
-                .collect::<Vec<_>>())
+                .collect();
+            let tombstones: Vec<(Bytes, Option<Bytes>)> = partitions
+                .iter()
+                .zip(&results)
+                .filter(|(_, r)| r.is_none())
+                .map(|((t, p), _)| {
+                    (RecordKey::Offset { group: g.id.clone(), topic: t.clone(), partition: *p }.encode(), None)
+                })
+                .collect();
+            let appended = (!tombstones.is_empty()).then(|| self.append(partition, tombstones)).transpose()?;
+            Ok((results, appended))
         })?;
-        let results = plan.ok_or(ResponseError::GroupIdNotFound)??;
-        let tombstones: Vec<(Bytes, Option<Bytes>)> = partitions
-            .iter()
-            .zip(&results)
-            .filter(|(_, r)| r.is_none())
-            .map(|((t, p), _)| {
-                (RecordKey::Offset { group: group_id.to_string(), topic: t.clone(), partition: *p }.encode(), None)
-            })
-            .collect();
-        if tombstones.is_empty() {
-            return Ok(results);
-        }
-        self.write(partition, tombstones).await?;
+        let (results, appended) = planned.ok_or(ResponseError::GroupIdNotFound)??;
+        let Some(appended) = appended else { return Ok(results) };
+        let base = self.await_commit(appended).await?;
         let _ = self.with_group(partition, group_id, false, |g| {
-            for ((t, p), r) in partitions.iter().zip(&results) {
-                if r.is_none() {
-                    g.offsets.remove(&(t.clone(), *p));
-                }
+            let deleted = partitions.iter().zip(&results).filter(|(_, r)| r.is_none());
+            for (n, ((t, p), _)) in deleted.enumerate() {
+                g.remove_offset(t, *p, base + n as i64);
             }
         });
         Ok(results)

@@ -6,6 +6,7 @@
 //! librdkafka does) keeps the broker busy while acks=all answers wait.
 
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -15,13 +16,28 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
-use super::registry;
+use super::registry::{self, PendingResponse};
 use crate::node::NodeContext;
 
 /// Requests of one connection handled at once.
 pub const MAX_IN_FLIGHT: usize = 64;
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 4096;
+/// Requests that change a consumer group before their handler first waits.
+/// The reader runs each of them up to that first wait itself, before it
+/// reads the next frame, so they reach the group coordinator in the order
+/// they arrived, as Kafka handles a connection's requests in order. Started
+/// in separate tasks instead, two pipelined OffsetCommits could be appended
+/// to `__consumer_offsets` in either order, and the last record written wins
+/// (an async commit confirmed, then an older offset fetched).
+const STARTED_IN_ORDER: &[ApiKey] = &[
+    ApiKey::OffsetCommit,
+    ApiKey::OffsetDelete,
+    ApiKey::JoinGroup,
+    ApiKey::SyncGroup,
+    ApiKey::Heartbeat,
+    ApiKey::LeaveGroup,
+];
 /// The smallest well-formed request: api key, version, correlation id, client id length.
 const MIN_FRAME_BYTES: usize = 10;
 
@@ -165,6 +181,16 @@ pub fn encode_response(api: ApiKey, version: i16, correlation_id: i32, body: &Re
     Ok(buf.freeze())
 }
 
+/// Runs a request's handler in the calling task up to its first wait: the
+/// answer if it needed none, else the rest of the work, to be finished
+/// elsewhere (the next poll registers that task's waker).
+async fn start_here(mut pending: PendingResponse) -> Result<Option<Bytes>, PendingResponse> {
+    match std::future::poll_fn(|cx| Poll::Ready(pending.as_mut().poll(cx))).await {
+        Poll::Ready(answer) => Ok(answer),
+        Poll::Pending => Err(pending),
+    }
+}
+
 async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
     let peer = stream.peer_addr().map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
@@ -193,10 +219,19 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<()
             Ok(Frame::Request(request)) => {
                 // In the reader, so requests still reach their handlers in order.
                 ctx.data_plane_current().await;
+                let in_order = STARTED_IN_ORDER.contains(&request.api);
                 let pending = registry::dispatch(ctx.clone(), *request, peer);
-                tokio::spawn(async move {
-                    let _ = done_tx.send(pending.await);
-                });
+                let pending = if in_order { start_here(pending).await } else { Err(pending) };
+                match pending {
+                    Ok(answer) => {
+                        let _ = done_tx.send(answer);
+                    }
+                    Err(pending) => {
+                        tokio::spawn(async move {
+                            let _ = done_tx.send(pending.await);
+                        });
+                    }
+                }
             }
             Ok(Frame::ApiVersionsTooNew { correlation_id }) => {
                 let _ = done_tx.send(registry::api_versions_unsupported(correlation_id));
@@ -250,6 +285,26 @@ mod tests {
         ApiVersionsRequest::default().encode(&mut body, 3).expect("body");
         let Ok(Frame::Request(r)) = decode_frame(body.freeze()) else { panic!("decodes") };
         assert_eq!((r.api, r.header.correlation_id), (ApiKey::ApiVersions, 5));
+    }
+
+    #[tokio::test]
+    async fn group_requests_are_started_by_the_reader_up_to_their_first_wait() {
+        let steps = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (release, wait) = oneshot::channel::<()>();
+        let seen = steps.clone();
+        let handler: PendingResponse = Box::pin(async move {
+            seen.lock().expect("steps").push("appended");
+            let _ = wait.await;
+            seen.lock().expect("steps").push("answered");
+            Some(Bytes::from_static(b"answer"))
+        });
+        let Err(rest) = start_here(handler).await else { panic!("the handler waits") };
+        assert_eq!(*steps.lock().expect("steps"), vec!["appended"], "ran up to its first wait, no further");
+        let _ = release.send(());
+        assert_eq!(rest.await, Some(Bytes::from_static(b"answer")));
+        let at_once: PendingResponse = Box::pin(async { None });
+        assert!(matches!(start_here(at_once).await, Ok(None)), "a handler that never waits is done");
+        assert!(STARTED_IN_ORDER.contains(&ApiKey::OffsetCommit));
     }
 
     proptest::proptest! {

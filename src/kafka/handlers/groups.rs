@@ -157,6 +157,7 @@ pub async fn join(ctx: &NodeContext, r: JoinGroupRequest, version: i16, client: 
         rebalance_timeout_ms: if version >= 1 { r.rebalance_timeout_ms } else { r.session_timeout_ms },
         protocol_type: r.protocol_type.to_string(),
         protocols: r.protocols.into_iter().map(|p| (p.name.to_string(), p.metadata)).collect(),
+        require_known_member_id: version >= 4,
     };
     let partition = partition_of(ctx, &group);
     let result = ctx.groups.join(partition, &group, req).await;
