@@ -114,6 +114,11 @@ pub struct MetadataImage {
     pub broker_configs: BTreeMap<String, String>,
     /// The first producer id not yet handed out.
     pub next_producer_id: i64,
+    /// Dynamic config overrides of single brokers, by broker id.
+    pub per_broker_configs: BTreeMap<i32, BTreeMap<String, String>>,
+    /// Unregistered brokers and the incarnation that was running then: that
+    /// incarnation may not register again (a restart may).
+    pub retired_brokers: BTreeMap<i32, u64>,
 }
 
 impl MetadataImage {
@@ -193,6 +198,30 @@ impl MetadataImage {
                 }
                 p.partition_epoch += 1;
             }
+            MetadataRecord::BrokerMaintenance { broker_id, on } => {
+                let broker = self.brokers.get_mut(broker_id).ok_or(ApplyError::UnknownBroker(*broker_id))?;
+                broker.maintenance = *on;
+            }
+            MetadataRecord::BrokerDecommission { broker_id, on } => {
+                let broker = self.brokers.get_mut(broker_id).ok_or(ApplyError::UnknownBroker(*broker_id))?;
+                broker.decommissioning = *on;
+            }
+            MetadataRecord::UnregisterBroker { broker_id } => {
+                let broker = self.brokers.remove(broker_id).ok_or(ApplyError::UnknownBroker(*broker_id))?;
+                self.retired_brokers.insert(*broker_id, broker.incarnation_id);
+                self.per_broker_configs.remove(broker_id);
+            }
+            MetadataRecord::PartitionReassignment { topic_id, partition, replicas, adding, removing, isr, leader } => {
+                let topic = self.topic_by_id_mut(*topic_id)?;
+                let p =
+                    topic.partitions.get_mut(partition).ok_or(ApplyError::UnknownPartition(*topic_id, *partition))?;
+                p.change_leader(*leader);
+                p.replicas = replicas.clone();
+                p.adding_replicas = adding.clone();
+                p.removing_replicas = removing.clone();
+                p.isr = isr.clone();
+                p.partition_epoch += 1;
+            }
             MetadataRecord::RemoveTopic { topic_id } => {
                 let name = self.topic_names.remove(topic_id).ok_or(ApplyError::UnknownTopicId(*topic_id))?;
                 self.topics.remove(&name);
@@ -200,6 +229,7 @@ impl MetadataImage {
             MetadataRecord::Config { resource, key, value } => {
                 let configs = match resource {
                     ConfigResource::Broker => &mut self.broker_configs,
+                    ConfigResource::BrokerId(id) => self.per_broker_configs.entry(*id).or_default(),
                     ConfigResource::Topic(name) => match self.topics.get_mut(name) {
                         Some(t) => &mut t.configs,
                         None => return Ok(()),
@@ -209,6 +239,9 @@ impl MetadataImage {
                     Some(v) => configs.insert(key.clone(), v.clone()),
                     None => configs.remove(key),
                 };
+                if let ConfigResource::BrokerId(id) = resource {
+                    self.per_broker_configs.retain(|b, configs| b != id || !configs.is_empty());
+                }
             }
             MetadataRecord::ProducerIds { next_producer_id, .. } => {
                 self.next_producer_id = self.next_producer_id.max(*next_producer_id);

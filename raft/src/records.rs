@@ -60,6 +60,8 @@ pub enum ConfigResource {
     /// Cluster-wide broker defaults (dynamic broker configs).
     Broker,
     Topic(String),
+    /// One broker's dynamic configs, over the cluster-wide defaults (KIP-226).
+    BrokerId(i32),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

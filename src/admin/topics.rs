@@ -103,7 +103,7 @@ fn topic_json(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage, offs
     json!({
         "name": topic.name,
         "topic_id": topic.topic_id.to_string(),
-        "configs": ctx.settings.topic_effective(&topic.configs),
+        "configs": ctx.settings.for_broker(image, ctx.broker_id).topic_effective(&topic.configs),
         "partitions": partitions,
     })
 }
@@ -199,7 +199,7 @@ pub async fn add_partitions(
 pub async fn configs(State(ctx): Ctx, Path(name): Path<String>) -> ApiResult<Json<Value>> {
     let image = ctx.quorum.image();
     let topic = image.topics.get(&name).ok_or_else(|| unknown_topic(&name))?;
-    Ok(Json(json!(ctx.settings.topic_effective(&topic.configs))))
+    Ok(Json(json!(ctx.settings.for_broker(&image, ctx.broker_id).topic_effective(&topic.configs))))
 }
 
 pub async fn alter_configs(

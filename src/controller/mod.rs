@@ -7,6 +7,7 @@
 //! every decision sees the effect of the previous one. A background tick
 //! follows quorum leadership and fences brokers whose sessions expire.
 
+pub mod broker_configs;
 pub mod client;
 pub mod election;
 pub mod liveness;
@@ -152,8 +153,9 @@ impl Controller {
         })
     }
 
-    fn unclean_default(&self) -> bool {
-        self.settings.bool("unclean.leader.election.enable")
+    /// The broker default, a dynamic broker config over the static setting.
+    fn unclean_default(&self, image: &MetadataImage) -> bool {
+        self.settings.layered(&image.broker_configs).bool("unclean.leader.election.enable")
     }
 
     async fn heartbeat(
@@ -221,7 +223,7 @@ impl Controller {
         let mut records = vec![MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft }];
         if image.brokers.contains_key(&broker_id) {
             // A restarted broker lost its in-memory state: nothing stays led by it.
-            records.extend(election::elections_without(&image, broker_id, self.unclean_default()));
+            records.extend(election::elections_without(&image, broker_id, self.unclean_default(&image)));
         }
         let index = self.propose(quorum, records).await?;
         self.liveness().registered(broker_id, index, Instant::now());
@@ -237,7 +239,7 @@ impl Controller {
         }
         let mut records =
             vec![MetadataRecord::BrokerRegistrationChange { broker_id, state: BrokerState::ShuttingDown }];
-        records.extend(election::elections_without(&image, broker_id, self.unclean_default()));
+        records.extend(election::elections_without(&image, broker_id, self.unclean_default(&image)));
         let moved = records.len() - 1;
         let index = self.propose(quorum, records).await?;
         tracing::info!(broker_id, partitions_changed = moved, "broker in controlled shutdown");
@@ -268,6 +270,9 @@ impl Controller {
                 topics::create_partitions(&image, name, *count, start)?
             }
             ControllerRequest::AlterConfigs { name, changes } => topics::alter_configs(&image, name, changes)?,
+            ControllerRequest::AlterBrokerConfigs { broker_id, changes } => {
+                broker_configs::alter(&image, *broker_id, changes)?
+            }
             ControllerRequest::ElectLeader { topic, partition, election } => {
                 let unknown =
                     || ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("no partition {topic}-{partition}"));
@@ -336,7 +341,7 @@ impl Controller {
             if !image.brokers.get(&broker_id).is_some_and(|b| b.state != BrokerState::Fenced) {
                 continue;
             }
-            let records = fence_records(&image, broker_id, self.unclean_default());
+            let records = fence_records(&image, broker_id, self.unclean_default(&image));
             let moved = records.len() - 1;
             match self.propose(quorum, records).await {
                 Ok(_) => tracing::info!(broker_id, partitions_changed = moved, "broker fenced: session expired"),
@@ -393,6 +398,9 @@ fn log_admin_write(request: &ControllerRequest, index: u64) {
         }
         ControllerRequest::AlterConfigs { name, changes } => {
             tracing::info!(topic = %name, keys = ?changes.keys().collect::<Vec<_>>(), index, "topic configs changed")
+        }
+        ControllerRequest::AlterBrokerConfigs { broker_id, changes } => {
+            tracing::info!(?broker_id, ?changes, index, "dynamic broker configs changed")
         }
         ControllerRequest::ElectLeader { topic, partition, election } => {
             tracing::info!(%topic, partition, ?election, index, "leader moved by operator election")

@@ -50,6 +50,12 @@ pub enum ControllerRequest {
         name: String,
         changes: BTreeMap<String, Option<String>>,
     },
+    /// Dynamic broker configs (KIP-226): of one broker (`broker_id`) or the
+    /// cluster-wide defaults (`None`); set (`Some`) or reset (`None`).
+    AlterBrokerConfigs {
+        broker_id: Option<i32>,
+        changes: BTreeMap<String, Option<String>>,
+    },
     ElectLeader {
         topic: String,
         partition: i32,

@@ -2,9 +2,11 @@
 //!
 //! This file owns the byte layout of a batch header and nothing else: it
 //! never decompresses or parses the records inside a batch. The log stores
-//! batches exactly as clients send them; the only bytes the broker ever
-//! rewrites are `baseOffset` and `partitionLeaderEpoch`, which lie before the
-//! CRC-covered region, so rewriting them never invalidates the CRC-32C.
+//! batches exactly as clients send them; the bytes the broker rewrites are
+//! `baseOffset` and `partitionLeaderEpoch`, which lie before the CRC-covered
+//! region, so rewriting them never invalidates the CRC-32C — and, for a
+//! LogAppendTime topic only, the timestamp type bit and `maxTimestamp`,
+//! after which the CRC-32C is recomputed.
 //!
 //! Layout (big-endian): baseOffset i64 @0, batchLength i32 @8 (bytes after
 //! this field), partitionLeaderEpoch i32 @12, magic i8 @16 (= 2), crc u32 @17
@@ -149,6 +151,9 @@ impl<'a> BatchHeader<'a> {
     pub fn is_control(&self) -> bool {
         self.attributes() & 0x20 != 0
     }
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes() & LOG_APPEND_TIME_ATTRIBUTE != 0
+    }
     pub fn last_offset_delta(&self) -> i32 {
         be_i32(self.bytes, LAST_OFFSET_DELTA_AT)
     }
@@ -186,6 +191,22 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
 /// `batch` must hold at least the first 16 header bytes.
 pub fn set_partition_leader_epoch(batch: &mut [u8], leader_epoch: i32) {
     batch[PARTITION_LEADER_EPOCH_AT..PARTITION_LEADER_EPOCH_AT + 4].copy_from_slice(&leader_epoch.to_be_bytes());
+}
+
+/// Attribute bit 3: the batch's timestamps are LogAppendTime.
+const LOG_APPEND_TIME_ATTRIBUTE: i16 = 0x08;
+
+/// Stamps a whole, valid batch with the broker's append time, as Kafka's
+/// LogValidator does for LogAppendTime topics: sets the timestamp type
+/// attribute bit and `maxTimestamp` (readers use it for every record), then
+/// recomputes the CRC-32C, since both fields lie inside the CRC.
+pub fn set_log_append_time(batch: &mut [u8], now_ms: i64) {
+    assert!(batch.len() >= HEADER_BYTES, "a batch holds its whole header");
+    let attributes = be_i16(batch, ATTRIBUTES_AT) | LOG_APPEND_TIME_ATTRIBUTE;
+    batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&now_ms.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 /// Splits a record set (concatenated batches) into validated batches,
@@ -258,6 +279,18 @@ mod tests {
         assert_eq!(header.base_offset(), 42);
         assert_eq!(header.last_offset(), 46);
         assert_eq!(header.partition_leader_epoch(), 7);
+    }
+
+    #[test]
+    fn log_append_time_stamps_the_batch_and_keeps_it_valid() {
+        let mut batch = build_batch(3, 1_000, b"opaque records");
+        assert!(!BatchHeader::validate(&batch).expect("valid").is_log_append_time());
+        set_log_append_time(&mut batch, 5_000);
+        let header = BatchHeader::validate(&batch).expect("the CRC is recomputed");
+        assert!(header.is_log_append_time());
+        assert_eq!(header.max_timestamp(), 5_000);
+        assert_eq!(header.base_timestamp(), 1_000);
+        assert_eq!(header.compression_code(), 0);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //!
 //! Map: [`batch`] (header view), [`offset_index`], [`time_index`],
 //! [`segment`] (one `.log` plus its indexes, recovery scan), [`leader_epoch`],
-//! [`checkpoint`] (atomic writes), [`partition_log`] (the log itself).
+//! [`checkpoint`] (atomic writes), [`partition_log`] (the log itself),
+//! [`validator`] (per-record checks a leader makes before appending).
 
 pub mod batch;
 pub mod checkpoint;
@@ -24,6 +25,7 @@ pub mod offset_index;
 pub mod partition_log;
 pub mod segment;
 pub mod time_index;
+pub mod validator;
 
 use std::path::PathBuf;
 
@@ -32,6 +34,7 @@ use thiserror::Error;
 pub use batch::{BatchError, BatchHeader};
 pub use leader_epoch::{EpochEndOffset, EpochEntry};
 pub use partition_log::{AppendInfo, PartitionLog, RetentionOutcome, TimestampOffset};
+pub use validator::{RecordError, RecordValidationError, TimestampType};
 
 /// Largest segment Strom accepts: index positions are 32-bit and Kafka caps
 /// `segment.bytes` at `Int.MaxValue` too.
@@ -63,6 +66,17 @@ pub struct LogConfig {
     /// Compact sealed segments (see [`compaction`]); Strom does this for
     /// `__consumer_offsets` only.
     pub compact: bool,
+    /// Refuse records without a key (`cleanup.policy` includes compact).
+    pub keys_required: bool,
+    /// `message.timestamp.type`: LogAppendTime stamps batches with the
+    /// broker's clock on the leader.
+    pub timestamp_type: TimestampType,
+    /// CreateTime records older than now minus this are refused
+    /// (`message.timestamp.before.max.ms`); `None`: no bound.
+    pub timestamp_before_max_ms: Option<u64>,
+    /// CreateTime records newer than now plus this are refused
+    /// (`message.timestamp.after.max.ms`); `None`: no bound.
+    pub timestamp_after_max_ms: Option<u64>,
 }
 
 impl Default for LogConfig {
@@ -79,6 +93,10 @@ impl Default for LogConfig {
             segment_index_bytes: 10_485_760,
             max_message_bytes: 1_048_588,
             compact: false,
+            keys_required: false,
+            timestamp_type: TimestampType::CreateTime,
+            timestamp_before_max_ms: None,
+            timestamp_after_max_ms: None,
         }
     }
 }
@@ -129,6 +147,9 @@ pub enum LogError {
     CorruptCheckpoint { path: PathBuf, reason: String },
     #[error("invalid log config: {0}")]
     InvalidConfig(&'static str),
+    /// Records the topic's configs refuse (KIP-467: answered per record).
+    #[error(transparent)]
+    InvalidRecords(#[from] RecordValidationError),
 }
 
 pub type Result<T, E = LogError> = std::result::Result<T, E>;

@@ -24,6 +24,7 @@ use super::leader_epoch::{EpochEndOffset, EpochEntry, LeaderEpochCache};
 use super::segment::{
     parse_segment_file_name, segment_file_name, BatchInfo, LogSegment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
 };
+use super::validator::{self, TimestampType};
 use super::{LogConfig, LogError, Result};
 
 /// What an append wrote.
@@ -174,8 +175,10 @@ impl PartitionLog {
     /// Appends a record set produced to this leader: validates every batch
     /// (length, magic 2, CRC-32C, at most `max_message_bytes`), assigns
     /// offsets from the log end offset by rewriting each base offset, stamps
-    /// `leader_epoch`, and writes the bytes as given. All or nothing: a bad
-    /// batch rejects the whole set before anything is written.
+    /// `leader_epoch`, and writes the bytes as given. The topic's per-record
+    /// checks ([`validator`]) run first; a LogAppendTime topic stamps each
+    /// batch with `now_ms`. All or nothing: a bad batch or record rejects
+    /// the whole set before anything is written.
     pub fn append_as_leader(&mut self, records: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
         let ranges = split_record_set(records)?;
         for range in &ranges {
@@ -189,9 +192,15 @@ impl PartitionLog {
                 return Err(LogError::StaleLeaderEpoch { epoch: leader_epoch, latest_epoch });
             }
         }
+        let topic_partition = partition_dir_name(&self.topic, self.partition);
+        validator::validate_records(records, &ranges, &self.config, now_ms, &topic_partition)?;
+        let log_append_time = self.config.timestamp_type == TimestampType::LogAppendTime;
         let mut next_offset = self.log_end_offset();
         for range in &ranges {
             let batch_bytes = &mut records[range.clone()];
+            if log_append_time {
+                batch::set_log_append_time(batch_bytes, now_ms);
+            }
             batch::set_base_offset(batch_bytes, next_offset);
             batch::set_partition_leader_epoch(batch_bytes, leader_epoch);
             next_offset = BatchHeader::parse(batch_bytes)?.last_offset() + 1;

@@ -29,6 +29,7 @@ fn small_config() -> LogConfig {
         segment_index_bytes: 4096,
         max_message_bytes: 4096,
         compact: false,
+        ..LogConfig::default()
     }
 }
 

@@ -17,10 +17,11 @@ use strom_raft::{MetadataImage, TopicImage};
 use tokio::sync::watch;
 
 use super::partition::{now_ms, Partition};
+use super::throttle::{SharedBucket, UNLIMITED};
 use crate::config::Settings;
 use crate::log::checkpoint::OffsetCheckpointFile;
-use crate::log::LogConfig;
 use crate::log::PartitionLog;
+use crate::log::{LogConfig, TimestampType};
 
 const RECOVERY_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 /// How often logs are checked for `flush.ms` and checkpoints written.
@@ -48,8 +49,18 @@ pub fn topic_settings(settings: &Settings, topic: &TopicImage) -> (LogConfig, us
     let eff = settings.topic_effective(&topic.configs);
     let int = |k: &str| eff.get(k).and_then(|v| v.parse::<i64>().ok());
     let positive = |k: &str| int(k).filter(|v| *v >= 0).map(|v| v as u64);
+    // Kafka's "no bound" is Long.MAX_VALUE.
+    let bound = |k: &str| positive(k).filter(|v| *v < i64::MAX as u64);
     let defaults = LogConfig::default();
     let min_insync = int("min.insync.replicas").filter(|v| *v >= 1).map_or(1, |v| v as usize);
+    let compact_policy = eff.get("cleanup.policy").is_some_and(|p| p.split(',').any(|i| i.trim() == "compact"));
+    // KIP-937: before/after, when left at "no bound", fall back to the
+    // deprecated message.timestamp.difference.max.ms.
+    let difference = bound("message.timestamp.difference.max.ms");
+    let timestamp_type = match eff.get("message.timestamp.type").map(String::as_str) {
+        Some("LogAppendTime") => TimestampType::LogAppendTime,
+        _ => TimestampType::CreateTime,
+    };
     let config = LogConfig {
         segment_bytes: positive("segment.bytes").unwrap_or(defaults.segment_bytes),
         segment_ms: positive("segment.ms").unwrap_or(defaults.segment_ms),
@@ -57,13 +68,17 @@ pub fn topic_settings(settings: &Settings, topic: &TopicImage) -> (LogConfig, us
         retention_bytes: positive("retention.bytes"),
         flush_messages: positive("flush.messages"),
         flush_ms: positive("flush.ms"),
-        index_interval_bytes: settings.u64("log.index.interval.bytes").max(1),
-        segment_index_bytes: defaults.segment_index_bytes,
+        index_interval_bytes: positive("index.interval.bytes").unwrap_or(defaults.index_interval_bytes).max(1),
+        // Kafka accepts 4; the smallest index Strom keeps holds one time index entry.
+        segment_index_bytes: positive("segment.index.bytes").unwrap_or(defaults.segment_index_bytes).max(12),
         max_message_bytes: positive("max.message.bytes").unwrap_or(defaults.max_message_bytes),
         // Compaction rewrites only what the group coordinator writes; other
         // topics with cleanup.policy=compact are still cleaned by retention.
-        compact: topic.name == crate::group::OFFSETS_TOPIC
-            && eff.get("cleanup.policy").is_some_and(|p| p.contains("compact")),
+        compact: topic.name == crate::group::OFFSETS_TOPIC && compact_policy,
+        keys_required: compact_policy,
+        timestamp_type,
+        timestamp_before_max_ms: bound("message.timestamp.before.max.ms").or(difference),
+        timestamp_after_max_ms: bound("message.timestamp.after.max.ms").or(difference),
     };
     (config, min_insync)
 }
@@ -132,8 +147,12 @@ impl ReplicaManager {
     /// Brings the hosted replicas in line with `image`.
     pub fn apply_image(&self, image: &MetadataImage) {
         let mut wanted: HashMap<PartitionKey, ()> = HashMap::new();
+        let settings = self.settings.for_broker(image, self.broker_id);
+        let rate = |key: &str| settings.int(key).map_or(UNLIMITED, |v| v.max(0) as u64);
+        self.leader_throttle.set_rate(rate("leader.replication.throttled.rate"));
+        self.follower_throttle.set_rate(rate("follower.replication.throttled.rate"));
         for topic in image.topics.values() {
-            let (config, min_insync) = topic_settings(&self.settings, topic);
+            let (config, min_insync) = topic_settings(&settings, topic);
             for (&index, p) in &topic.partitions {
                 if !p.replicas.contains(&self.broker_id) {
                     continue;

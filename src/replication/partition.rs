@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use super::isr::{desired_isr, FollowerProgress, LeaderView};
 use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
 use crate::log::batch::{split_record_set, BatchHeader};
-use crate::log::{LogConfig, LogError, PartitionLog};
+use crate::log::{LogConfig, LogError, PartitionLog, TimestampType};
 
 /// ListOffsets' timestamp for "the record with the largest timestamp"
 /// (KIP-734, ListOffsets v7+).
@@ -50,6 +50,8 @@ pub struct AppendResult {
     pub log_start_offset: i64,
     /// The leader epoch the batch was appended in.
     pub leader_epoch: i32,
+    /// The broker time stamped on the batches of a LogAppendTime topic, else -1.
+    pub log_append_time_ms: i64,
 }
 
 /// Why an acks=all wait ended without the batch being committed.
@@ -409,6 +411,7 @@ impl Partition {
                             last_offset: b.last_offset,
                             log_start_offset: st.log.log_start_offset(),
                             leader_epoch: st.leader_epoch,
+                            log_append_time_ms: -1,
                         })
                     }
                     SeqCheck::OutOfOrder { expected, got } => {
@@ -419,7 +422,9 @@ impl Partition {
             }
         }
         let epoch = st.leader_epoch;
-        let info = st.log.append_as_leader(records, epoch, now_ms())?;
+        let now = now_ms();
+        let info = st.log.append_as_leader(records, epoch, now)?;
+        let log_append_time_ms = if st.log.config().timestamp_type == TimestampType::LogAppendTime { now } else { -1 };
         if let Some((pid, pepoch, first_seq, last_seq)) = sequenced {
             let meta = BatchMeta { first_seq, last_seq, base_offset: info.base_offset, last_offset: info.last_offset };
             st.producers.record(pid, pepoch, meta);
@@ -431,6 +436,7 @@ impl Partition {
             last_offset: info.last_offset,
             log_start_offset: st.log.log_start_offset(),
             leader_epoch: epoch,
+            log_append_time_ms,
         })
     }
 

@@ -15,6 +15,7 @@ use kafka_protocol::ResponseError;
 use strom_raft::TopicId;
 
 use crate::error::ApiError;
+use crate::log::validator::Violation;
 use crate::log::LogError;
 use crate::replication::PartitionError;
 
@@ -55,6 +56,10 @@ pub fn partition_error_code(e: &PartitionError) -> i16 {
         PartitionError::Log(LogError::CorruptBatch(_)) => ResponseError::CorruptMessage,
         PartitionError::Log(LogError::OffsetOutOfRange { .. }) => ResponseError::OffsetOutOfRange,
         PartitionError::Log(LogError::StaleLeaderEpoch { .. }) => ResponseError::FencedLeaderEpoch,
+        PartitionError::Log(LogError::InvalidRecords(e)) => match e.violation {
+            Violation::InvalidRecord => ResponseError::InvalidRecord,
+            Violation::InvalidTimestamp => ResponseError::InvalidTimestamp,
+        },
         PartitionError::Log(_) => ResponseError::KafkaStorageError,
     };
     code.code()

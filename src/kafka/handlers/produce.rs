@@ -4,22 +4,52 @@
 
 use std::time::{Duration, Instant};
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{missing_partition_code, partition_error_code};
 use crate::node::NodeContext;
 use std::sync::Arc;
 
+use crate::log::LogError;
 use crate::replication::partition::CommitWait;
-use crate::replication::Partition;
+use crate::replication::{Partition, PartitionError};
+
+/// First Produce version with `record_errors` and `error_message` (KIP-467).
+const RECORD_ERRORS_VERSION: i16 = 8;
 
 /// Longest acks=all wait, whatever the client asks.
 const ACKS_ALL_WAIT_MAX: Duration = Duration::from_secs(60);
 
 fn error_response(index: i32, code: i16) -> PartitionProduceResponse {
     PartitionProduceResponse::default().with_index(index).with_error_code(code).with_base_offset(-1)
+}
+
+/// The answer for a partition whose append was refused. From v8 on, records
+/// the topic's checks refused are named one by one (KIP-467's
+/// `record_errors`) and the reason is given in `error_message`.
+fn refused(index: i32, e: &PartitionError, version: i16) -> PartitionProduceResponse {
+    let response = error_response(index, partition_error_code(e));
+    match e {
+        PartitionError::Log(LogError::InvalidRecords(invalid)) if version >= RECORD_ERRORS_VERSION => {
+            response.with_error_message(Some(StrBytes::from_string(invalid.message.clone()))).with_record_errors(
+                invalid
+                    .record_errors
+                    .iter()
+                    .map(|r| {
+                        BatchIndexAndErrorMessage::default()
+                            .with_batch_index(r.batch_index)
+                            .with_batch_index_error_message(Some(StrBytes::from_string(r.message.clone())))
+                    })
+                    .collect(),
+            )
+        }
+        _ => response,
+    }
 }
 
 /// A produce request after its appends, waiting to be answered.
@@ -71,13 +101,13 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
                         PartitionProduceResponse::default()
                             .with_index(index)
                             .with_base_offset(r.base_offset)
-                            .with_log_append_time_ms(-1)
+                            .with_log_append_time_ms(r.log_append_time_ms)
                             .with_log_start_offset(if version >= 5 { r.log_start_offset } else { -1 }),
                     );
                 }
                 Err(e) => {
                     tracing::debug!(topic = %name, partition = index, error = %e, "produce refused");
-                    partitions.push(error_response(index, partition_error_code(&e)));
+                    partitions.push(refused(index, &e, version));
                 }
             }
         }

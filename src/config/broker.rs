@@ -1,0 +1,239 @@
+//! The broker settings table: every broker setting Strom knows, by Kafka's
+//! name, with Kafka's default (unless stated), type and bounds, and whether
+//! Kafka lets it change at runtime (a dynamic broker config, KIP-226).
+//!
+//! Dynamic settings can be changed cluster-wide through AlterConfigs /
+//! IncrementalAlterConfigs on the default broker resource; the change is a
+//! metadata Config record, so every broker applies it. The `log.*`
+//! synonyms of topic configs are the defaults topics inherit.
+
+use super::{def, int, Kind, SettingDef, I32_MAX};
+
+const I64_MAX: i64 = i64::MAX;
+/// Kafka's "no limit" for timestamp bounds and compaction lag (Long.MAX_VALUE).
+const LONG_MAX_TEXT: &str = "9223372036854775807";
+
+/// Why a setting is accepted but has no effect, shared by several rows.
+const NO_THREAD_POOLS: &str = "accepted, not used: Strom runs on one async runtime, not thread pools";
+
+pub const BROKER_SETTINGS: &[SettingDef] = &[
+    def("num.partitions", Some("1"), int(1, 10_000), "partitions of auto-created topics"),
+    def("default.replication.factor", Some("1"), int(1, 32), "replication factor of auto-created topics"),
+    def("min.insync.replicas", Some("1"), int(1, 32), "ISR size acks=all needs").dynamic(),
+    def(
+        "unclean.leader.election.enable",
+        Some("false"),
+        Kind::Bool,
+        "elect out-of-sync replicas when no ISR member lives",
+    )
+    .dynamic(),
+    def("auto.create.topics.enable", Some("true"), Kind::Bool, "create topics on first Metadata/Produce"),
+    def("auto.leader.rebalance.enable", Some("true"), Kind::Bool, "move leadership back to preferred replicas"),
+    def(
+        "leader.imbalance.check.interval.seconds",
+        Some("300"),
+        int(1, I64_MAX),
+        "how often leaders move back to preferred replicas",
+    ),
+    def("message.max.bytes", Some("1048588"), int(0, I32_MAX), "largest record batch accepted").dynamic(),
+    def("log.segment.bytes", Some("1073741824"), int(14, I32_MAX), "segment size before rolling").dynamic(),
+    def("log.roll.ms", Some("604800000"), int(1, I64_MAX), "segment age before rolling").dynamic(),
+    def("log.retention.ms", Some("604800000"), int(-1, I64_MAX), "retention by time (-1: forever)").dynamic(),
+    def("log.retention.bytes", Some("-1"), int(-1, I64_MAX), "retention by size per partition (-1: unlimited)")
+        .dynamic(),
+    def("log.retention.check.interval.ms", Some("300000"), int(1, I64_MAX), "how often retention runs"),
+    def("log.flush.interval.messages", None, int(1, I64_MAX), "fsync after this many records (unset: no forced flush)")
+        .dynamic(),
+    def("log.flush.interval.ms", None, int(0, I64_MAX), "fsync after this long (unset: no forced flush)").dynamic(),
+    def("log.index.interval.bytes", Some("4096"), int(0, I32_MAX), "bytes between offset index entries").dynamic(),
+    def(
+        "log.index.size.max.bytes",
+        Some("10485760"),
+        int(4, I32_MAX),
+        "largest offset or time index; a full index rolls the segment",
+    )
+    .dynamic(),
+    def("log.cleanup.policy", Some("delete"), Kind::List(&["compact", "delete"]), "default cleanup.policy").dynamic(),
+    def(
+        "log.message.timestamp.type",
+        Some("CreateTime"),
+        Kind::Choice(&["CreateTime", "LogAppendTime"]),
+        "default message.timestamp.type",
+    )
+    .dynamic(),
+    def(
+        "log.message.timestamp.before.max.ms",
+        Some(LONG_MAX_TEXT),
+        int(0, I64_MAX),
+        "default message.timestamp.before.max.ms",
+    )
+    .dynamic(),
+    def(
+        "log.message.timestamp.after.max.ms",
+        Some(LONG_MAX_TEXT),
+        int(0, I64_MAX),
+        "default message.timestamp.after.max.ms",
+    )
+    .dynamic(),
+    def(
+        "log.message.timestamp.difference.max.ms",
+        Some(LONG_MAX_TEXT),
+        int(0, I64_MAX),
+        "default message.timestamp.difference.max.ms (deprecated by the before/after pair)",
+    )
+    .dynamic(),
+    def(
+        "compression.type",
+        Some("producer"),
+        Kind::Choice(&["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"]),
+        "default compression.type (batches are stored as the producer compressed them)",
+    )
+    .dynamic(),
+    def("compression.gzip.level", Some("-1"), Kind::Custom(gzip_level), "default compression.gzip.level").dynamic(),
+    def("compression.lz4.level", Some("9"), int(1, 17), "default compression.lz4.level").dynamic(),
+    def("compression.zstd.level", Some("3"), int(-131_072, 22), "default compression.zstd.level").dynamic(),
+    def("log.cleaner.delete.retention.ms", Some("86400000"), int(0, I64_MAX), "default delete.retention.ms").dynamic(),
+    def(
+        "log.cleaner.min.cleanable.ratio",
+        Some("0.5"),
+        Kind::Double { min: 0.0, max: 1.0 },
+        "default min.cleanable.dirty.ratio",
+    )
+    .dynamic(),
+    def("log.cleaner.min.compaction.lag.ms", Some("0"), int(0, I64_MAX), "default min.compaction.lag.ms").dynamic(),
+    def("log.cleaner.max.compaction.lag.ms", Some(LONG_MAX_TEXT), int(1, I64_MAX), "default max.compaction.lag.ms")
+        .dynamic(),
+    def("log.segment.delete.delay.ms", Some("60000"), int(0, I64_MAX), "default file.delete.delay.ms").dynamic(),
+    def("log.preallocate", Some("false"), Kind::Bool, "default preallocate").dynamic(),
+    def("log.roll.jitter.ms", Some("0"), int(0, I64_MAX), "default segment.jitter.ms").dynamic(),
+    def("log.message.downconversion.enable", Some("true"), Kind::Bool, "default message.downconversion.enable")
+        .dynamic(),
+    def(
+        "log.message.format.version",
+        Some("3.0-IV1"),
+        Kind::Custom(message_format_version),
+        "default message.format.version (deprecated in Kafka)",
+    ),
+    def("log.local.retention.ms", Some("-2"), int(-2, I64_MAX), "default local.retention.ms").dynamic(),
+    def("log.local.retention.bytes", Some("-2"), int(-2, I64_MAX), "default local.retention.bytes").dynamic(),
+    def("replica.lag.time.max.ms", Some("10000"), int(1, I32_MAX), "a follower lagging longer leaves the ISR"),
+    def("replica.fetch.wait.max.ms", Some("500"), int(0, I32_MAX), "follower fetch long-poll"),
+    def(
+        "leader.replication.throttled.rate",
+        Some(LONG_MAX_TEXT),
+        int(0, I64_MAX),
+        "bytes/s a leader sends to replicas a reassignment adds (Long.MAX: unlimited)",
+    )
+    .dynamic(),
+    def(
+        "follower.replication.throttled.rate",
+        Some(LONG_MAX_TEXT),
+        int(0, I64_MAX),
+        "bytes/s a replica a reassignment adds fetches (Long.MAX: unlimited)",
+    )
+    .dynamic(),
+    def("broker.heartbeat.interval.ms", Some("500"), int(10, I32_MAX), "broker to controller heartbeat period"),
+    def("broker.session.timeout.ms", Some("3000"), int(50, I32_MAX), "a broker silent this long is fenced"),
+    def("offsets.topic.num.partitions", Some("50"), int(1, 10_000), "partitions of __consumer_offsets"),
+    def(
+        "offsets.topic.replication.factor",
+        None,
+        int(1, 32),
+        "replication of __consumer_offsets (unset: min(3, brokers))",
+    ),
+    def(
+        "offsets.topic.segment.bytes",
+        Some("104857600"),
+        int(14, I32_MAX),
+        "segment size of __consumer_offsets (compacted segment by segment)",
+    ),
+    def(
+        "group.initial.rebalance.delay.ms",
+        Some("3000"),
+        int(0, I32_MAX),
+        "wait for more members before the first rebalance",
+    ),
+    def(
+        "group.min.session.timeout.ms",
+        Some("6000"),
+        int(1, I32_MAX),
+        "shortest session timeout a group member may ask for",
+    ),
+    def(
+        "group.max.session.timeout.ms",
+        Some("1800000"),
+        int(1, I32_MAX),
+        "longest session timeout a group member may ask for",
+    ),
+    def("group.max.size", Some("2147483647"), int(1, I32_MAX), "most members in one consumer group"),
+    def("offset.metadata.max.bytes", Some("4096"), int(0, I32_MAX), "largest metadata string of an offset commit"),
+    def(
+        "offsets.retention.minutes",
+        Some("10080"),
+        int(1, I32_MAX),
+        "committed offsets of an empty group are dropped after this",
+    ),
+    def(
+        "offsets.retention.check.interval.ms",
+        Some("600000"),
+        int(100, I32_MAX),
+        "how often expired offsets are looked for",
+    ),
+    def(
+        "offsets.commit.timeout.ms",
+        Some("5000"),
+        int(1, I32_MAX),
+        "an offset commit waits this long for its replicas",
+    ),
+    def("socket.request.max.bytes", Some("104857600"), int(1, I32_MAX), "largest Kafka request frame"),
+    def("connections.max.idle.ms", Some("600000"), int(1, I64_MAX), "idle Kafka connections are closed after this"),
+    def("request.timeout.ms", Some("30000"), int(1, I32_MAX), "bound on parked acks=all requests"),
+    // Kafka's dynamic thread-pool and connection-quota settings: accepted
+    // (and validated) so scripts written for Kafka work, but Strom has no
+    // such pools or quotas.
+    def("num.io.threads", Some("8"), int(1, I32_MAX), NO_THREAD_POOLS).dynamic(),
+    def("num.network.threads", Some("3"), int(1, I32_MAX), NO_THREAD_POOLS).dynamic(),
+    def("num.replica.fetchers", Some("1"), int(1, I32_MAX), NO_THREAD_POOLS).dynamic(),
+    def("background.threads", Some("10"), int(1, I32_MAX), NO_THREAD_POOLS).dynamic(),
+    def("log.cleaner.threads", Some("1"), int(0, I32_MAX), NO_THREAD_POOLS).dynamic(),
+    def("max.connections", Some("2147483647"), int(0, I32_MAX), "accepted, not used: Strom has no connection quotas")
+        .dynamic(),
+    def(
+        "max.connections.per.ip",
+        Some("2147483647"),
+        int(0, I32_MAX),
+        "accepted, not used: Strom has no connection quotas",
+    )
+    .dynamic(),
+    // Strom's own (Kafka has no direct equivalent or a different default).
+    def(
+        "controller.quorum.election.timeout.ms",
+        Some("500"),
+        int(50, 60_000),
+        "metadata quorum election timeout; the leader lease adds as much again (Kafka: 1000)",
+    ),
+    def("metadata.snapshot.interval.entries", Some("1000"), int(2, I64_MAX), "metadata log entries between snapshots"),
+    def("metadata.snapshot.keep.entries", Some("100"), int(0, I64_MAX), "metadata log entries kept behind a snapshot"),
+];
+
+/// Kafka's gzip level: -1 (the codec's default) or 1 to 9.
+pub fn gzip_level(value: &str) -> Result<String, String> {
+    match value.parse::<i64>() {
+        Ok(n) if n == -1 || (1..=9).contains(&n) => Ok(n.to_string()),
+        _ => Err(format!("must be -1 or between 1 and 9, got `{value}`")),
+    }
+}
+
+/// A Kafka release or metadata version such as `2.8`, `3.0-IV1` or
+/// `0.10.0-IV1` (Kafka's MetadataVersionValidator).
+pub fn message_format_version(value: &str) -> Result<String, String> {
+    let (release, iv) = value.split_once("-IV").map_or((value, None), |(r, iv)| (r, Some(iv)));
+    let parts: Vec<&str> = release.split('.').collect();
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let release_ok = (2..=3).contains(&parts.len()) && parts.iter().all(|p| numeric(p));
+    if release_ok && iv.is_none_or(numeric) {
+        Ok(value.to_string())
+    } else {
+        Err(format!("must be a Kafka version such as 3.0-IV1 or 2.8, got `{value}`"))
+    }
+}
