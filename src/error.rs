@@ -27,6 +27,11 @@ pub enum ErrorCode {
     FencedLeaderEpoch,
     InvalidUpdateVersion,
     IneligibleReplica,
+    InvalidReplicaAssignment,
+    NoReassignmentInProgress,
+    DuplicateVoter,
+    VoterNotFound,
+    InvalidQuorumChange,
 }
 
 impl ErrorCode {
@@ -51,6 +56,11 @@ impl ErrorCode {
             ErrorCode::FencedLeaderEpoch => "FENCED_LEADER_EPOCH",
             ErrorCode::InvalidUpdateVersion => "INVALID_UPDATE_VERSION",
             ErrorCode::IneligibleReplica => "INELIGIBLE_REPLICA",
+            ErrorCode::InvalidReplicaAssignment => "INVALID_REPLICA_ASSIGNMENT",
+            ErrorCode::NoReassignmentInProgress => "NO_REASSIGNMENT_IN_PROGRESS",
+            ErrorCode::DuplicateVoter => "DUPLICATE_VOTER",
+            ErrorCode::VoterNotFound => "VOTER_NOT_FOUND",
+            ErrorCode::InvalidQuorumChange => "INVALID_QUORUM_CHANGE",
         }
     }
 
@@ -76,16 +86,25 @@ impl ErrorCode {
             ErrorCode::FencedLeaderEpoch => 74,
             ErrorCode::InvalidUpdateVersion => 95,
             ErrorCode::IneligibleReplica => 107,
+            ErrorCode::InvalidReplicaAssignment => 39,
+            ErrorCode::NoReassignmentInProgress => 85,
+            ErrorCode::DuplicateVoter => 126,
+            ErrorCode::VoterNotFound => 128,
+            // Kafka has no code of its own for this refusal.
+            ErrorCode::InvalidQuorumChange => 42,
         }
     }
 
     /// The HTTP status the admin API answers with.
     pub fn http_status(self) -> u16 {
         match self {
-            ErrorCode::UnknownTopicOrPartition | ErrorCode::GroupIdNotFound => 404,
-            ErrorCode::TopicAlreadyExists | ErrorCode::ElectionNotNeeded | ErrorCode::EligibleLeadersNotAvailable => {
-                409
-            }
+            ErrorCode::UnknownTopicOrPartition | ErrorCode::GroupIdNotFound | ErrorCode::VoterNotFound => 404,
+            ErrorCode::TopicAlreadyExists
+            | ErrorCode::ElectionNotNeeded
+            | ErrorCode::EligibleLeadersNotAvailable
+            | ErrorCode::NoReassignmentInProgress
+            | ErrorCode::DuplicateVoter
+            | ErrorCode::InvalidQuorumChange => 409,
             ErrorCode::NotController | ErrorCode::RequestTimedOut | ErrorCode::BrokerNotAvailable => 503,
             ErrorCode::UnknownServerError => 500,
             _ => 400,

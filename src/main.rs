@@ -48,6 +48,25 @@ enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Move partitions between brokers through the admin API.
+    Partition {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[command(subcommand)]
+        command: cli::PartitionCommand,
+    },
+    /// Running partition moves, with the bytes left to copy.
+    Reassignments {
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// The metadata quorum's voters and observers through the admin API.
+    Quorum {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[command(subcommand)]
+        command: cli::QuorumCommand,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -222,6 +241,15 @@ fn main() -> ExitCode {
         }
         Command::ClusterInfo { admin } => {
             cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::cluster_info(admin)))
+        }
+        Command::Partition { admin, command } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::partition(admin, command)))
+        }
+        Command::Reassignments { admin } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::reassignments(admin)))
+        }
+        Command::Quorum { admin, command } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::quorum(admin, command)))
         }
     }
 }

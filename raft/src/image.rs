@@ -22,12 +22,22 @@ pub struct BrokerRegistration {
     pub admin: String,
     pub raft: String,
     pub state: BrokerState,
+    /// In maintenance: keeps its replicas but leads nothing.
+    pub maintenance: bool,
+    /// Being drained: its replicas move away, and it is unregistered once
+    /// it holds none.
+    pub decommissioning: bool,
 }
 
 impl BrokerRegistration {
     /// Active brokers lead partitions and sit in ISRs.
     pub fn is_active(&self) -> bool {
         self.state == BrokerState::Active
+    }
+
+    /// Active, and neither in maintenance nor draining: may take leaderships.
+    pub fn can_lead(&self) -> bool {
+        self.is_active() && !self.maintenance && !self.decommissioning
     }
 }
 
@@ -38,6 +48,62 @@ pub struct PartitionRegistration {
     pub leader: Option<i32>,
     pub leader_epoch: i32,
     pub partition_epoch: i32,
+    /// Replicas a reassignment adds (KIP-455); they are in `replicas` too.
+    pub adding_replicas: Vec<i32>,
+    /// Replicas a reassignment removes once it completes; in `replicas` too.
+    pub removing_replicas: Vec<i32>,
+}
+
+impl PartitionRegistration {
+    /// A new partition's registration: no leader epoch yet, no reassignment.
+    pub fn new(replicas: Vec<i32>, isr: Vec<i32>, leader: Option<i32>) -> Self {
+        Self {
+            replicas,
+            isr,
+            leader,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
+        }
+    }
+
+    /// A new leader (or none) bumps the leader epoch.
+    fn change_leader(&mut self, change: LeaderChange) {
+        match change {
+            LeaderChange::Unchanged => {}
+            LeaderChange::None => {
+                self.leader = None;
+                self.leader_epoch += 1;
+            }
+            LeaderChange::Elect(id) => {
+                self.leader = Some(id);
+                self.leader_epoch += 1;
+            }
+        }
+    }
+
+    /// Whether `replica` is one a reassignment adds and is not in sync yet:
+    /// its fetches are catch-up traffic, which the replication throttles bound.
+    pub fn is_catching_up(&self, replica: i32) -> bool {
+        self.adding_replicas.contains(&replica) && !self.isr.contains(&replica)
+    }
+
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
+    }
+
+    /// The replicas a running reassignment moves to: every replica but the
+    /// removing ones, in replica order; `replicas` when none runs.
+    pub fn target_replicas(&self) -> Vec<i32> {
+        self.replicas.iter().copied().filter(|r| !self.removing_replicas.contains(r)).collect()
+    }
+
+    /// The replicas before the running reassignment: every replica but the
+    /// adding ones.
+    pub fn original_replicas(&self) -> Vec<i32> {
+        self.replicas.iter().copied().filter(|r| !self.adding_replicas.contains(r)).collect()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -131,6 +197,7 @@ impl MetadataImage {
                 }
             }
             MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft } => {
+                let previous = self.brokers.get(broker_id).cloned();
                 self.brokers.insert(
                     *broker_id,
                     BrokerRegistration {
@@ -140,6 +207,9 @@ impl MetadataImage {
                         admin: admin.clone(),
                         raft: raft.clone(),
                         state: BrokerState::Fenced,
+                        // A restart keeps the operator's intent.
+                        maintenance: previous.as_ref().is_some_and(|b| b.maintenance),
+                        decommissioning: previous.as_ref().is_some_and(|b| b.decommissioning),
                     },
                 );
             }
@@ -164,32 +234,13 @@ impl MetadataImage {
             }
             MetadataRecord::Partition { topic_id, partition, replicas, isr, leader } => {
                 let topic = self.topic_by_id_mut(*topic_id)?;
-                topic.partitions.insert(
-                    *partition,
-                    PartitionRegistration {
-                        replicas: replicas.clone(),
-                        isr: isr.clone(),
-                        leader: *leader,
-                        leader_epoch: 0,
-                        partition_epoch: 0,
-                    },
-                );
+                topic.partitions.insert(*partition, PartitionRegistration::new(replicas.clone(), isr.clone(), *leader));
             }
             MetadataRecord::PartitionChange { topic_id, partition, leader, isr, replicas } => {
                 let topic = self.topic_by_id_mut(*topic_id)?;
                 let p =
                     topic.partitions.get_mut(partition).ok_or(ApplyError::UnknownPartition(*topic_id, *partition))?;
-                match leader {
-                    LeaderChange::Unchanged => {}
-                    LeaderChange::None => {
-                        p.leader = None;
-                        p.leader_epoch += 1;
-                    }
-                    LeaderChange::Elect(id) => {
-                        p.leader = Some(*id);
-                        p.leader_epoch += 1;
-                    }
-                }
+                p.change_leader(*leader);
                 if let Some(isr) = isr {
                     p.isr = isr.clone();
                 }
@@ -261,6 +312,11 @@ impl MetadataImage {
 
     pub fn is_active(&self, broker_id: i32) -> bool {
         self.brokers.get(&broker_id).is_some_and(BrokerRegistration::is_active)
+    }
+
+    /// Whether `broker_id` may take leaderships (see [`BrokerRegistration::can_lead`]).
+    pub fn can_lead(&self, broker_id: i32) -> bool {
+        self.brokers.get(&broker_id).is_some_and(BrokerRegistration::can_lead)
     }
 
     /// Ids of active brokers, ascending.
@@ -424,13 +480,7 @@ mod tests {
             .expect("apply");
         assert_eq!(img.partition_state(&p), PartitionState::Offline);
         assert_eq!(img.replica_state(&p, 2), ReplicaState::Offline);
-        let fresh = PartitionRegistration {
-            replicas: vec![3],
-            isr: vec![3],
-            leader: None,
-            leader_epoch: 0,
-            partition_epoch: 0,
-        };
+        let fresh = PartitionRegistration::new(vec![3], vec![3], None);
         assert_eq!(img.partition_state(&fresh), PartitionState::New);
     }
 

@@ -2,7 +2,7 @@
 //! openraft and the RPC server, bootstraps the voters on first start, and is
 //! the handle the rest of the node uses to propose records and read the image.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,8 +132,81 @@ impl Quorum {
         self.node_id
     }
 
-    pub fn voters(&self) -> &BTreeMap<NodeId, String> {
-        &self.voters
+    /// The voters and their `--raft` addresses: from the committed
+    /// membership once this node has one (voters change at runtime and the
+    /// change survives restarts), else from the `--quorum` flag.
+    pub fn voters(&self) -> BTreeMap<NodeId, String> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let membership = m.membership_config.membership();
+        let voters: BTreeMap<NodeId, String> = membership
+            .voter_ids()
+            .map(|id| (id, membership.get_node(&id).map_or_else(String::new, |n| n.addr.clone())))
+            .collect();
+        if voters.is_empty() {
+            self.voters.clone()
+        } else {
+            voters
+        }
+    }
+
+    /// Where to look for the controller: the voters, then any voter of the
+    /// `--quorum` flag the membership no longer lists (a node whose flag
+    /// is out of date still finds the quorum through the members it names).
+    pub fn contact_points(&self) -> Vec<(NodeId, String)> {
+        let mut points: Vec<(NodeId, String)> = self.voters().into_iter().collect();
+        for (id, addr) in &self.voters {
+            if !points.iter().any(|(_, a)| a == addr) {
+                points.push((*id, addr.clone()));
+            }
+        }
+        points
+    }
+
+    /// Members that replicate the log without voting (observers).
+    pub fn learners(&self) -> Vec<NodeId> {
+        self.raft.metrics().borrow().membership_config.membership().learner_ids().collect()
+    }
+
+    /// The voters a half-done change (a joint configuration) moves to, or
+    /// `None` when the membership is uniform.
+    pub fn joint_target(&self) -> Option<BTreeSet<NodeId>> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let configs = m.membership_config.membership().get_joint_config();
+        (configs.len() > 1).then(|| configs.last().cloned().unwrap_or_default())
+    }
+
+    /// On the leader: the last log index each member has (its match index).
+    pub fn match_indexes(&self) -> BTreeMap<NodeId, u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.replication
+            .as_ref()
+            .map(|r| r.iter().map(|(id, log_id)| (*id, log_id.map_or(0, |l| l.index))).collect())
+            .unwrap_or_default()
+    }
+
+    /// The index of this node's last log entry.
+    pub fn last_log_index(&self) -> u64 {
+        self.raft.metrics().borrow().last_log_index.unwrap_or(0)
+    }
+
+    /// Makes the voter set `voters` through joint consensus (leader only);
+    /// voters left out stay as learners, so they keep the whole log.
+    pub async fn set_voters(&self, voters: BTreeSet<NodeId>, timeout: Duration) -> Result<u64, ProposeError> {
+        let change = self.raft.change_membership(ChangeMembers::ReplaceAllVoters(voters.clone()), true);
+        match tokio::time::timeout(timeout, change).await {
+            Err(_) => Err(ProposeError::Timeout(timeout)),
+            Ok(Ok(response)) => {
+                tracing::info!(voters = ?voters, index = response.log_id.index, "metadata quorum voters changed");
+                Ok(response.log_id.index)
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader { leader: f.leader_id })
+            }
+            Ok(Err(e)) => Err(ProposeError::Fatal(e.to_string())),
+        }
     }
 
     pub fn raft(&self) -> &Raft {
@@ -210,7 +283,7 @@ impl Quorum {
                 return Ok(());
             }
         }
-        let change = if self.voters.contains_key(&id) {
+        let change = if self.voters().contains_key(&id) {
             return Ok(());
         } else {
             ChangeMembers::AddNodes(BTreeMap::from([(id, BasicNode::new(raft_addr.clone()))]))

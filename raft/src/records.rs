@@ -118,6 +118,36 @@ pub enum MetadataRecord {
         broker_id: i32,
         next_producer_id: i64,
     },
+    /// A step of a partition reassignment (KIP-455): its start or
+    /// replacement (`replicas` = target then the remaining originals,
+    /// with `adding` and `removing` set), its completion or its cancellation
+    /// (both empty). Carries the whole replica set and ISR; a new leader
+    /// bumps the leader epoch, and every step bumps the partition epoch.
+    PartitionReassignment {
+        topic_id: TopicId,
+        partition: i32,
+        replicas: Vec<i32>,
+        adding: Vec<i32>,
+        removing: Vec<i32>,
+        isr: Vec<i32>,
+        leader: LeaderChange,
+    },
+    /// A broker enters (or leaves) maintenance: it keeps its replicas and
+    /// leads nothing.
+    BrokerMaintenance {
+        broker_id: i32,
+        on: bool,
+    },
+    /// A broker starts (or stops) being drained for retirement.
+    BrokerDecommission {
+        broker_id: i32,
+        on: bool,
+    },
+    /// A broker leaves the metadata (Kafka's UnregisterBroker); its running
+    /// incarnation may not register again.
+    UnregisterBroker {
+        broker_id: i32,
+    },
 }
 
 #[cfg(test)]

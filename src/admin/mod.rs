@@ -5,10 +5,13 @@
 //! has applied them, so a read after a write on the same node sees it.
 //! Errors are `{"error": CODE, "message": sentence}` with 4xx/503 statuses.
 
+mod broker_configs;
 mod cluster;
 mod groups;
 pub mod metrics;
 mod openapi;
+mod quorum;
+mod reassignments;
 mod topics;
 
 use std::sync::Arc;
@@ -111,6 +114,7 @@ pub fn router(ctx: Arc<NodeContext>) -> Router {
         .route("/v1/openapi.json", get(openapi::document))
         .route("/v1/cluster", get(cluster::cluster))
         .route("/v1/brokers", get(cluster::brokers))
+        .route("/v1/brokers/configs", get(broker_configs::get).patch(broker_configs::patch))
         .route("/v1/groups", get(groups::list))
         .route("/v1/groups/{id}", get(groups::describe))
         .route("/v1/internal/groups", get(groups::internal_groups))
@@ -120,6 +124,13 @@ pub fn router(ctx: Arc<NodeContext>) -> Router {
         .route("/v1/topics/{name}/configs", get(topics::configs).patch(topics::alter_configs))
         .route("/v1/partitions/{topic}/{partition}/elect-leader", post(topics::elect_leader))
         .route("/v1/internal/local-offsets/{name}", get(topics::internal_offsets))
+        .route("/v1/partitions/{topic}/{partition}/reassign", post(reassignments::start).delete(reassignments::cancel))
+        .route("/v1/reassignments", get(reassignments::list))
+        .route("/v1/quorum", get(quorum::describe))
+        .route("/v1/quorum/voters", post(quorum::add_voter))
+        .route("/v1/quorum/voters/{id}", axum::routing::delete(quorum::remove_voter))
+        .route("/v1/internal/quorum", get(quorum::internal))
+        .route("/v1/internal/reassignment-progress", get(reassignments::internal_progress))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), track))
         .with_state(ctx)

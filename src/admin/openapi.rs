@@ -40,6 +40,10 @@ pub fn spec() -> Value {
             "/metrics": {"get": op("Prometheus text format", &[("200", "metrics")])},
             "/v1/cluster": {"get": op("Controller, quorum and brokers", &[("200", "cluster")])},
             "/v1/brokers": {"get": op("Registered brokers", &[("200", "brokers")])},
+            "/v1/brokers/configs": {
+                "get": op("Dynamic broker settings with their cluster-wide values in force", &[("200", "settings")]),
+                "patch": with_body(op("Set (value) or reset (null) cluster-wide dynamic broker settings, applied at runtime on every broker", &[("200", "settings"), ("400", "INVALID_CONFIG (unknown key) or INVALID_REQUEST (not dynamic, bad value)"), ("503", "no controller")]), "ConfigChanges"),
+            },
             "/v1/topics": {
                 "get": op("List topics", &[("200", "topics")]),
                 "post": with_body(op("Create a topic", &[("201", "created"), ("400", "invalid"), ("409", "exists"), ("503", "no controller")]), "CreateTopic"),
@@ -60,7 +64,21 @@ pub fn spec() -> Value {
             },
             "/v1/partitions/{topic}/{partition}/elect-leader": {
                 "parameters": [path_param("topic", "string"), path_param("partition", "integer")],
-                "post": with_body(op("Elect the preferred leader, or any live replica (unclean)", &[("200", "partition"), ("404", "unknown"), ("409", "ELECTION_NOT_NEEDED or ELIGIBLE_LEADERS_NOT_AVAILABLE")]), "ElectLeader"),
+                "post": with_body(op("Elect the preferred leader, or any live replica (unclean)", &[("200", "partition"), ("400", "invalid"), ("404", "unknown"), ("409", "ELECTION_NOT_NEEDED or ELIGIBLE_LEADERS_NOT_AVAILABLE"), ("503", "no controller")]), "ElectLeader"),
+            },
+            "/v1/partitions/{topic}/{partition}/reassign": {
+                "parameters": [path_param("topic", "string"), path_param("partition", "integer")],
+                "post": with_body(op("Move the partition to these replicas (KIP-455), replacing a running move", &[("202", "partition, with its reassignment"), ("400", "INVALID_REPLICA_ASSIGNMENT or INVALID_REQUEST"), ("404", "unknown"), ("409", "ELIGIBLE_LEADERS_NOT_AVAILABLE"), ("503", "no controller")]), "Reassign"),
+                "delete": op("Cancel the running move: the original replicas return", &[("200", "partition"), ("400", "invalid"), ("404", "unknown"), ("409", "NO_REASSIGNMENT_IN_PROGRESS or ELIGIBLE_LEADERS_NOT_AVAILABLE"), ("503", "no controller")]),
+            },
+            "/v1/reassignments": {"get": op("Running reassignments, with the bytes left to copy", &[("200", "reassignments")])},
+            "/v1/quorum": {"get": op("The metadata quorum: leader, term, voters and observers with their match index and lag (as the leader reports them; null when it does not answer)", &[("200", "quorum")])},
+            "/v1/quorum/voters": {
+                "post": with_body(op("Promote a caught-up observer to voter (KIP-853)", &[("200", "quorum"), ("400", "invalid"), ("404", "VOTER_NOT_FOUND: not an observer"), ("409", "DUPLICATE_VOTER, or INVALID_QUORUM_CHANGE: not caught up, or no live majority"), ("503", "no controller")]), "AddVoter"),
+            },
+            "/v1/quorum/voters/{id}": {
+                "parameters": [path_param("id", "integer")],
+                "delete": op("Turn a voter into an observer", &[("200", "quorum"), ("400", "invalid"), ("404", "VOTER_NOT_FOUND"), ("409", "INVALID_QUORUM_CHANGE: the last voter, or no live majority"), ("503", "no controller")]),
             },
             "/v1/groups": {"get": op("Consumer groups", &[("200", "groups")])},
             "/v1/groups/{id}": {
@@ -81,6 +99,9 @@ pub fn spec() -> Value {
             "AddPartitions": {"type": "object", "required": ["count"], "properties": {"count": {"type": "integer"}}},
             "ConfigChanges": {"type": "object", "additionalProperties": {"type": "string", "nullable": true}},
             "ElectLeader": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["preferred", "unclean"]}}},
+            "AddVoter": {"type": "object", "required": ["id"], "additionalProperties": false, "properties": {"id": {"type": "integer", "minimum": 0}}},
+            "Reassign": {"type": "object", "required": ["replicas"], "additionalProperties": false, "properties": {
+                "replicas": {"type": "array", "minItems": 1, "uniqueItems": true, "items": {"type": "integer", "format": "int32"}}}},
         }},
     })
 }

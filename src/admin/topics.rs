@@ -11,13 +11,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use strom_raft::{MetadataImage, PartitionRegistration, TopicImage};
 
+use super::reassignments::{reassignment_progress, Progress};
 use super::{controller_write, ApiResult, Ctx, HttpError, JsonBody};
 use crate::controller::protocol::{ControllerRequest, ElectionType};
 use crate::error::{ApiError, ErrorCode};
 use crate::node::NodeContext;
 use crate::replication::partition::PartitionOffsets;
 
-fn unknown_topic(name: &str) -> HttpError {
+pub(super) fn unknown_topic(name: &str) -> HttpError {
     HttpError(ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("topic `{name}` does not exist")))
 }
 
@@ -74,11 +75,12 @@ pub async fn internal_offsets(State(ctx): Ctx, Path(name): Path<String>) -> ApiR
     Ok(Json(json!(rows)))
 }
 
-fn partition_json(
+pub(super) fn partition_json(
     image: &MetadataImage,
     index: i32,
     p: &PartitionRegistration,
     offsets: Option<&PartitionOffsets>,
+    bytes_left: Option<u64>,
 ) -> Value {
     let replica_states: BTreeMap<String, &str> =
         p.replicas.iter().map(|b| (b.to_string(), image.replica_state(p, *b).as_str())).collect();
@@ -94,12 +96,27 @@ fn partition_json(
         "high_watermark": offsets.map(|o| o.high_watermark),
         "log_start_offset": offsets.map(|o| o.log_start_offset),
         "log_end_offset": offsets.map(|o| o.log_end_offset),
+        "reassignment": p.is_reassigning().then(|| json!({
+            "target": p.target_replicas(),
+            "adding": p.adding_replicas,
+            "removing": p.removing_replicas,
+            "bytes_left": bytes_left,
+        })),
     })
 }
 
-fn topic_json(ctx: &NodeContext, image: &MetadataImage, topic: &TopicImage, offsets: &Offsets) -> Value {
-    let partitions: Vec<Value> =
-        topic.partitions.iter().map(|(i, p)| partition_json(image, *i, p, offsets.get(i))).collect();
+fn topic_json(
+    ctx: &NodeContext,
+    image: &MetadataImage,
+    topic: &TopicImage,
+    offsets: &Offsets,
+    progress: &Progress,
+) -> Value {
+    let partitions: Vec<Value> = topic
+        .partitions
+        .iter()
+        .map(|(i, p)| partition_json(image, *i, p, offsets.get(i), progress.get(&(topic.name.clone(), *i)).copied()))
+        .collect();
     json!({
         "name": topic.name,
         "topic_id": topic.topic_id.to_string(),
@@ -112,7 +129,10 @@ async fn describe_now(ctx: &NodeContext, name: &str) -> ApiResult<Json<Value>> {
     let image = ctx.quorum.image();
     let topic = image.topics.get(name).ok_or_else(|| unknown_topic(name))?;
     let offsets = leader_offsets(ctx, &image, topic).await;
-    Ok(Json(topic_json(ctx, &image, topic, &offsets)))
+    let moving: Vec<(String, i32)> =
+        topic.partitions.iter().filter(|(_, p)| p.is_reassigning()).map(|(i, _)| (name.to_string(), *i)).collect();
+    let progress = reassignment_progress(ctx, &image, &moving).await;
+    Ok(Json(topic_json(ctx, &image, topic, &offsets, &progress)))
 }
 
 pub async fn list(State(ctx): Ctx) -> Json<Vec<Value>> {
@@ -130,7 +150,7 @@ pub async fn list(State(ctx): Ctx) -> Json<Vec<Value>> {
 }
 
 /// A config value as JSON sends it: a string, number or boolean (or null to reset).
-fn config_value(key: &str, v: &Value) -> Result<Option<String>, ApiError> {
+pub(super) fn config_value(key: &str, v: &Value) -> Result<Option<String>, ApiError> {
     match v {
         Value::Null => Ok(None),
         Value::String(s) => Ok(Some(s.clone())),
@@ -245,5 +265,6 @@ pub async fn elect_leader(
     let image = ctx.quorum.image();
     let p = image.topics.get(&topic).and_then(|t| t.partitions.get(&partition)).ok_or_else(|| unknown_topic(&topic))?;
     let offsets = leader_offsets(&ctx, &image, image.topics.get(&topic).ok_or_else(|| unknown_topic(&topic))?).await;
-    Ok(Json(partition_json(&image, partition, p, offsets.get(&partition))))
+    let progress = reassignment_progress(&ctx, &image, &[(topic.clone(), partition)]).await;
+    Ok(Json(partition_json(&image, partition, p, offsets.get(&partition), progress.get(&(topic, partition)).copied())))
 }

@@ -62,7 +62,7 @@ impl ControllerClient {
     /// unreachable peers until `timeout` has passed.
     pub async fn send(&self, request: ControllerRequest, timeout: Duration) -> Result<ControllerResponse, ApiError> {
         let deadline = Instant::now() + timeout;
-        let voters: Vec<(u64, String)> = self.quorum.voters().iter().map(|(i, a)| (*i, a.clone())).collect();
+        let voters = self.quorum.contact_points();
         let mut hint: Option<(u64, Option<String>)> = None;
         let mut next_voter = 0usize;
         let mut last = ApiError::new(ErrorCode::NotController, "no controller is elected");

@@ -29,7 +29,9 @@ pub fn elections_without(image: &MetadataImage, gone: i32, unclean_default: bool
             let mut isr: Vec<i32> = p.isr.iter().copied().filter(|&b| b != gone).collect();
             let leads = p.leader == Some(gone);
             let leader = if leads {
-                match p.replicas.iter().copied().find(|&b| isr.contains(&b) && live(b)) {
+                // A broker in maintenance or being drained leads only when no one else can.
+                let candidate = p.replicas.iter().copied().find(|&b| isr.contains(&b) && live(b) && image.can_lead(b));
+                match candidate.or_else(|| p.replicas.iter().copied().find(|&b| isr.contains(&b) && live(b))) {
                     Some(b) => LeaderChange::Elect(b),
                     None if unclean_enabled(topic, unclean_default) => {
                         match p.replicas.iter().copied().find(|&b| live(b)) {
@@ -135,14 +137,37 @@ pub fn alter_partition(
     })
 }
 
+/// Records that move every leadership of `broker` (entering maintenance, or
+/// being drained) to the first ISR member in replica order that can lead;
+/// a partition no one else can lead keeps its leader.
+pub fn leaderships_away_from(image: &MetadataImage, broker: i32) -> Vec<MetadataRecord> {
+    let mut records = Vec::new();
+    for topic in image.topics.values() {
+        for (&partition, p) in topic.partitions.iter().filter(|(_, p)| p.leader == Some(broker)) {
+            if let Some(b) =
+                p.replicas.iter().copied().find(|&b| b != broker && p.isr.contains(&b) && image.can_lead(b))
+            {
+                records.push(MetadataRecord::PartitionChange {
+                    topic_id: topic.topic_id,
+                    partition,
+                    leader: LeaderChange::Elect(b),
+                    isr: None,
+                    replicas: None,
+                });
+            }
+        }
+    }
+    records
+}
+
 /// Preferred-leader elections for every partition whose first replica is an
-/// active ISR member but not the leader (auto leader rebalance).
+/// active ISR member that can lead but is not the leader (auto leader rebalance).
 pub fn preferred_elections(image: &MetadataImage) -> Vec<MetadataRecord> {
     let mut records = Vec::new();
     for topic in image.topics.values() {
         for (&partition, p) in &topic.partitions {
             if let Some(&preferred) = p.replicas.first() {
-                if p.leader != Some(preferred) && p.isr.contains(&preferred) && image.is_active(preferred) {
+                if p.leader != Some(preferred) && p.isr.contains(&preferred) && image.can_lead(preferred) {
                     records.push(MetadataRecord::PartitionChange {
                         topic_id: topic.topic_id,
                         partition,

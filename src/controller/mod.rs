@@ -13,9 +13,11 @@ pub mod election;
 pub mod liveness;
 pub mod placement;
 pub mod protocol;
+pub mod reassignment;
 #[cfg(test)]
 mod test_support;
 pub mod topics;
+pub mod voters;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -134,6 +136,8 @@ impl Controller {
             ControllerRequest::AllocateProducerIds { broker_id } => {
                 return self.allocate_producer_ids(&quorum, broker_id).await;
             }
+            ControllerRequest::AddVoter { node_id } => self.change_voters(&quorum, node_id, true).await,
+            ControllerRequest::RemoveVoter { node_id } => self.change_voters(&quorum, node_id, false).await,
             other => self.admin_write(&quorum, other).await,
         };
         match result {
@@ -246,6 +250,28 @@ impl Controller {
         Ok(index)
     }
 
+    /// Promotes an observer (`add`) or demotes a voter, if the quorum keeps a
+    /// live majority; done once the new voter set is committed.
+    async fn change_voters(&self, quorum: &Quorum, node_id: u64, add: bool) -> Result<u64, ApiError> {
+        let _guard = self.write_lock.lock().await;
+        let image = quorum.image();
+        let view = voters::QuorumView {
+            voters: quorum.voters().into_keys().collect(),
+            learners: quorum.learners().into_iter().collect(),
+            match_index: quorum.match_indexes(),
+            last_log_index: quorum.last_log_index(),
+        };
+        let me = self.broker_id as u64;
+        let alive = |id: u64| id == me || i32::try_from(id).is_ok_and(|b| image.is_active(b));
+        let next =
+            if add { voters::add_voter(&view, node_id, alive)? } else { voters::remove_voter(&view, node_id, alive)? };
+        quorum.set_voters(next, PROPOSE_TIMEOUT * 3).await.map_err(|e| match e {
+            ProposeError::NotLeader { .. } => ApiError::new(ErrorCode::NotController, e.to_string()),
+            ProposeError::Timeout(_) => ApiError::new(ErrorCode::RequestTimedOut, e.to_string()),
+            ProposeError::Fatal(_) => ApiError::new(ErrorCode::UnknownServerError, e.to_string()),
+        })
+    }
+
     async fn allocate_producer_ids(&self, quorum: &Quorum, broker_id: i32) -> ControllerResponse {
         let _guard = self.write_lock.lock().await;
         let start = quorum.image().next_producer_id;
@@ -280,6 +306,12 @@ impl Controller {
                 let p = t.partitions.get(partition).ok_or_else(unknown)?;
                 vec![election::elect(&image, t, *partition, p, *election)?]
             }
+            ControllerRequest::Reassign { topic, partition, target: Some(target) } => {
+                reassignment::reassign(&image, topic, *partition, target)?.into_iter().collect()
+            }
+            ControllerRequest::Reassign { topic, partition, target: None } => {
+                vec![reassignment::cancel(&image, topic, *partition)?]
+            }
             _ => return Err(ApiError::new(ErrorCode::InvalidRequest, "not an admin request")),
         };
         let index = self.propose(quorum, records).await?;
@@ -306,6 +338,7 @@ impl Controller {
             }
             if self.is_active() {
                 self.fence_expired(&quorum).await;
+                self.complete_reassignments(&quorum).await;
                 self.maybe_rebalance(&quorum).await;
             }
         }
@@ -324,6 +357,14 @@ impl Controller {
         if let Err(e) = quorum.propose(records, PROPOSE_TIMEOUT).await {
             tracing::warn!(error = %e, "could not take over as controller yet");
             return;
+        }
+        // A voter change the previous controller left half done (a joint
+        // configuration) is finished before anything else.
+        if let Some(target) = quorum.joint_target() {
+            if let Err(e) = quorum.set_voters(target, PROPOSE_TIMEOUT).await {
+                tracing::warn!(error = %e, "could not finish a voter change yet");
+                return;
+            }
         }
         // Live brokers find the new controller within a heartbeat or two.
         let heartbeat = Duration::from_millis(self.settings.u64("broker.heartbeat.interval.ms"));
@@ -352,6 +393,21 @@ impl Controller {
 }
 
 impl Controller {
+    /// Completes every reassignment whose target replicas are all in sync
+    /// (also those an earlier controller started).
+    async fn complete_reassignments(&self, quorum: &Quorum) {
+        if reassignment::completions(&quorum.image()).is_empty() {
+            return;
+        }
+        let _guard = self.write_lock.lock().await;
+        let records = reassignment::completions(&quorum.image());
+        let moved = records.len();
+        match self.propose(quorum, records).await {
+            Ok(index) => tracing::info!(partitions = moved, index, "reassignments completed"),
+            Err(e) => tracing::warn!(error = %e, "completing reassignments failed"),
+        }
+    }
+
     /// Moves leadership back to preferred replicas that are active ISR
     /// members, every `leader.imbalance.check.interval.seconds`, when
     /// `auto.leader.rebalance.enable` is set.
@@ -404,6 +460,12 @@ fn log_admin_write(request: &ControllerRequest, index: u64) {
         }
         ControllerRequest::ElectLeader { topic, partition, election } => {
             tracing::info!(%topic, partition, ?election, index, "leader moved by operator election")
+        }
+        ControllerRequest::Reassign { topic, partition, target: Some(target) } => {
+            tracing::info!(%topic, partition, ?target, index, "reassignment started")
+        }
+        ControllerRequest::Reassign { topic, partition, target: None } => {
+            tracing::info!(%topic, partition, index, "reassignment cancelled")
         }
         _ => {}
     }

@@ -75,6 +75,21 @@ pub enum ControllerRequest {
     AllocateProducerIds {
         broker_id: i32,
     },
+    /// Promotes a caught-up observer to a voter of the metadata quorum (KIP-853).
+    AddVoter {
+        node_id: u64,
+    },
+    /// Turns a voter into an observer.
+    RemoveVoter {
+        node_id: u64,
+    },
+    /// Moves a partition to `target` replicas (KIP-455), replacing a running
+    /// reassignment; `None` cancels the running one.
+    Reassign {
+        topic: String,
+        partition: i32,
+        target: Option<Vec<i32>>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -43,6 +43,8 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
 pub fn supported(api: ApiKey) -> Option<VersionRange> {
@@ -137,6 +139,12 @@ async fn handle(
         RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(handlers::topics::create(ctx, r, version).await),
         RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(handlers::topics::delete(ctx, r, version).await),
         RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(handlers::topics::partitions(ctx, r).await),
+        RequestKind::AlterPartitionReassignments(r) => {
+            ResponseKind::AlterPartitionReassignments(handlers::reassignments::alter(ctx, r, version).await)
+        }
+        RequestKind::ListPartitionReassignments(r) => {
+            ResponseKind::ListPartitionReassignments(handlers::reassignments::list(ctx, r))
+        }
         RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(handlers::configs::describe(ctx, r)),
         RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(handlers::configs::alter(ctx, r).await),
         RequestKind::IncrementalAlterConfigs(r) => {

@@ -168,6 +168,22 @@ impl PartitionLog {
         self.segments.values().map(LogSegment::size_bytes).sum()
     }
 
+    /// Bytes of the batches from the one holding `offset` to the log end
+    /// (what a replica at `offset` still has to copy); the whole log below
+    /// the log start offset.
+    pub fn size_bytes_from(&self, offset: i64) -> Result<u64> {
+        let floor = self.segments.range(..=offset).next_back().map_or(i64::MIN, |(&base, _)| base);
+        let mut total = 0;
+        for segment in self.segments.range(floor..).map(|(_, segment)| segment) {
+            total += if offset <= segment.base_offset() {
+                segment.size_bytes()
+            } else {
+                segment.translate_offset(offset)?.map_or(0, |at| segment.size_bytes() - at.position)
+            };
+        }
+        Ok(total)
+    }
+
     pub fn segment_base_offsets(&self) -> Vec<i64> {
         self.segments.keys().copied().collect()
     }

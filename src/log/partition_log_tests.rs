@@ -652,3 +652,19 @@ fn max_timestamp_batch_finds_the_largest_timestamp_below_the_bound() {
     assert_eq!(found(3), Some(TimestampOffset { timestamp: 100, offset: 0 }));
     assert_eq!(found(0), None);
 }
+
+#[test]
+fn size_bytes_from_counts_what_a_replica_still_has_to_copy() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut log = open(dir.path(), small_config(), 0);
+    let batches = append_batches(&mut log, 30, 0);
+    assert!(log.segments.len() > 2, "the test wants several segments");
+    let size = batches[0].len() as u64;
+    let total = log.size_bytes();
+    assert_eq!(log.size_bytes_from(0).expect("partition log test step"), total);
+    assert_eq!(log.size_bytes_from(-5).expect("partition log test step"), total);
+    // Offset 4 is inside the second batch: it and everything after it.
+    assert_eq!(log.size_bytes_from(4).expect("partition log test step"), total - size);
+    assert_eq!(log.size_bytes_from(3 * 29).expect("partition log test step"), size);
+    assert_eq!(log.size_bytes_from(log.log_end_offset()).expect("partition log test step"), 0);
+}

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::client::KafkaConnection;
-use super::partition::Partition;
+use super::partition::{now_ms, Partition};
 use super::ReplicaManager;
 
 /// Bytes per partition in one follower fetch (Kafka's `replica.fetch.max.bytes`).
@@ -218,15 +218,34 @@ impl FetcherManager {
     ) -> Result<(), super::client::ClientError> {
         let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
         let mut epochs: HashMap<Key, i32> = HashMap::new();
+        // Partitions a reassignment adds here and that are not in sync yet
+        // fetch within `follower.replication.throttled.rate`.
+        let image = self.quorum.image();
+        let throttle = &self.replicas.follower_throttle;
+        let mut throttled: Vec<Key> = Vec::new();
         for p in parts {
             let Some(pos) = p.follower_position().filter(|pos| !pos.needs_truncation) else { continue };
+            let catching_up = image
+                .topics
+                .get(&p.topic)
+                .and_then(|t| t.partitions.get(&p.index))
+                .is_some_and(|r| r.is_catching_up(self.broker_id));
+            let mut max_bytes = PARTITION_FETCH_BYTES;
+            if catching_up {
+                match throttle.allowance(now_ms()) {
+                    Some(0) => continue,
+                    Some(allowed) => max_bytes = max_bytes.min(i32::try_from(allowed).unwrap_or(i32::MAX)),
+                    None => {}
+                }
+                throttled.push((p.topic.clone(), p.index));
+            }
             epochs.insert((p.topic.clone(), p.index), pos.leader_epoch);
             topics.entry(p.topic.clone()).or_default().push(
                 FetchPartition::default()
                     .with_partition(p.index)
                     .with_current_leader_epoch(pos.leader_epoch)
                     .with_fetch_offset(pos.log_end_offset)
-                    .with_partition_max_bytes(PARTITION_FETCH_BYTES),
+                    .with_partition_max_bytes(max_bytes),
             );
         }
         if topics.is_empty() {
@@ -257,6 +276,9 @@ impl FetcherManager {
                 let outcome = match ResponseError::try_from_code(r.error_code) {
                     None => {
                         let records = r.records.unwrap_or_default();
+                        if throttled.contains(&key) {
+                            throttle.record(records.len(), now_ms());
+                        }
                         p.append_as_follower(*epoch, &records, r.high_watermark)
                     }
                     Some(ResponseError::OffsetOutOfRange) => {

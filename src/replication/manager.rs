@@ -42,9 +42,19 @@ pub struct ReplicaManager {
     epoch_tx: watch::Sender<u64>,
     /// The metadata log index of the image the replicas follow.
     applied_tx: watch::Sender<u64>,
+    /// Whether the logs left on disk by partitions this broker no longer
+    /// hosts have been deleted (once, on the first image after start).
+    strays_deleted: std::sync::atomic::AtomicBool,
+    /// `leader.replication.throttled.rate`: what this broker, as leader,
+    /// sends to replicas a reassignment adds.
+    pub leader_throttle: SharedBucket,
+    /// `follower.replication.throttled.rate`: what this broker fetches as a
+    /// replica a reassignment adds.
+    pub follower_throttle: SharedBucket,
 }
 
-/// A topic's log settings and `min.insync.replicas`, from its effective configs.
+/// A topic's log settings and `min.insync.replicas`, from its effective
+/// configs (`settings` already carries the dynamic broker configs).
 pub fn topic_settings(settings: &Settings, topic: &TopicImage) -> (LogConfig, usize) {
     let eff = settings.topic_effective(&topic.configs);
     let int = |k: &str| eff.get(k).and_then(|v| v.parse::<i64>().ok());
@@ -102,6 +112,9 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             epoch_tx,
             applied_tx: watch::channel(0).0,
+            strays_deleted: std::sync::atomic::AtomicBool::new(false),
+            leader_throttle: SharedBucket::unlimited(),
+            follower_throttle: SharedBucket::unlimited(),
         })
     }
 
@@ -222,7 +235,40 @@ impl ReplicaManager {
                 }
             }
         }
+        if !self.strays_deleted.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.delete_strays(&wanted);
+        }
         self.epoch_tx.send_modify(|e| *e += 1);
+    }
+
+    /// Deletes the logs of partitions this broker no longer hosts that are
+    /// still on disk: moved away or deleted while it was down (Kafka's stray
+    /// replicas). Called with the first image, which the broker has caught
+    /// up to, so an assignment cannot be mistaken for a stray.
+    fn delete_strays(&self, wanted: &HashMap<PartitionKey, ()>) {
+        let entries = match std::fs::read_dir(&self.logs_dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(dir = %self.logs_dir.display(), error = %e, "cannot list the logs directory");
+                return;
+            }
+        };
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            let Some((topic, index)) = name.rsplit_once('-') else { continue };
+            let Ok(index) = index.parse::<i32>() else { continue };
+            if !entry.path().is_dir() || wanted.contains_key(&(topic.to_string(), index)) {
+                continue;
+            }
+            match std::fs::remove_dir_all(entry.path()) {
+                Ok(()) => tracing::info!(
+                    topic,
+                    partition = index,
+                    "deleted the log of a partition this broker no longer hosts"
+                ),
+                Err(e) => tracing::warn!(dir = %entry.path().display(), error = %e, "deleting a stray log failed"),
+            }
+        }
     }
 
     fn write_checkpoint(&self) {

@@ -14,6 +14,7 @@ pub mod isr_sync;
 pub mod manager;
 pub mod partition;
 pub mod producer_state;
+pub mod throttle;
 
 pub use manager::ReplicaManager;
 pub use partition::{Partition, PartitionError};

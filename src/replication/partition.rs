@@ -239,6 +239,14 @@ impl Partition {
             tracing::info!(topic = %self.topic, partition = self.index, leader_epoch,
                 high_watermark = st.high_watermark, log_end_offset = st.log.log_end_offset(), "became leader");
         }
+        if st.replicas != replicas {
+            // A reassignment added or removed replicas: follow exactly the new set.
+            let now = now_ms();
+            st.followers.retain(|b, _| replicas.contains(b));
+            for r in replicas.iter().filter(|r| **r != self.broker_id) {
+                st.followers.entry(*r).or_insert_with(|| FollowerProgress::new(now));
+            }
+        }
         st.is_leader = true;
         st.leader_epoch = leader_epoch;
         st.partition_epoch = partition_epoch;
@@ -371,6 +379,22 @@ impl Partition {
             log_end_offset: st.log.log_end_offset(),
             high_watermark: st.high_watermark,
         }
+    }
+
+    /// On the leader: the bytes the given replicas (a reassignment's adding
+    /// ones) still have to copy, from where each last fetched; a replica that
+    /// has not fetched yet has the whole log to copy.
+    pub fn bytes_behind(&self, replicas: &[i32]) -> Result<u64, PartitionError> {
+        let st = self.state();
+        if !st.is_leader {
+            return Err(PartitionError::NotLeader);
+        }
+        let mut total = 0;
+        for r in replicas {
+            let offset = st.followers.get(r).map_or(-1, |f| f.log_end_offset);
+            total += st.log.size_bytes_from(offset)?;
+        }
+        Ok(total)
     }
 
     /// Checks a client's view of the leader epoch (-1: not given).

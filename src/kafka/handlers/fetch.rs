@@ -14,6 +14,7 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use super::{missing_partition_code, partition_error_code};
 use crate::log::LogError;
 use crate::node::NodeContext;
+use crate::replication::partition::now_ms;
 use crate::replication::PartitionError;
 
 /// Longest long-poll, whatever the client asks.
@@ -52,12 +53,31 @@ fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> 
                     // limit bound what is returned, except that the first
                     // batch of the first non-empty partition goes whole, even
                     // if larger than both, so that a consumer makes progress.
-                    let limit = (fp.partition_max_bytes.max(0) as usize).min(budget);
+                    let mut limit = (fp.partition_max_bytes.max(0) as usize).min(budget);
                     // Read even with no budget left: a follower's fetch
                     // offset is its progress, recorded by the read.
-                    let min_one_batch = total == 0;
+                    let mut min_one_batch = total == 0;
+                    // A replica a reassignment adds catches up within
+                    // `leader.replication.throttled.rate`; ISR members never wait.
+                    let throttled = replica.is_some_and(|id| {
+                        image
+                            .topics
+                            .get(name)
+                            .and_then(|t| t.partitions.get(&fp.partition))
+                            .is_some_and(|p| p.is_catching_up(id))
+                    });
+                    if throttled {
+                        match ctx.replicas.leader_throttle.allowance(now_ms()) {
+                            Some(0) => (limit, min_one_batch) = (0, false),
+                            Some(allowed) => limit = limit.min(allowed),
+                            None => {}
+                        }
+                    }
                     match partition.read(fp.fetch_offset, limit, min_one_batch, fp.current_leader_epoch, replica) {
                         Ok(r) => {
+                            if throttled {
+                                ctx.replicas.leader_throttle.record(r.records.len(), now_ms());
+                            }
                             total += r.records.len();
                             budget = budget.saturating_sub(r.records.len());
                             empty(fp.partition, 0)

@@ -1,0 +1,354 @@
+"""Partition reassignment (KIP-455) on real 4-node clusters: every partition of a topic
+moves under an idempotent acks=all producer, also with the leader, an adding replica or
+the controller killed mid-move, and nothing acknowledged is lost or duplicated; a
+cancelled move returns the original replicas; bad targets get clear errors; Kafka's
+AlterPartitionReassignments and ListPartitionReassignments work by hand."""
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import confluent_kafka as ck
+import pytest
+
+import wire
+from harness import FAST, strom_bin, wait_for
+
+NODES = 4
+
+
+def reassign(cluster, topic, partition, replicas, via=1):
+    return cluster.send(via, "POST", f"/v1/partitions/{topic}/{partition}/reassign", {"replicas": replicas})
+
+
+def strom_cli(cluster, *args):
+    """Runs `strom ARGS` against node 1's admin API; its standard output."""
+    out = subprocess.run([strom_bin(), *args, "--admin-url", f"http://{cluster.node(1).admin}"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def partitions(cluster, topic, via=1):
+    t = cluster.topic(topic, via=via)
+    return {p["partition"]: p for p in t["partitions"]} if t else {}
+
+
+def wait_moved(cluster, topic, targets, timeout=60, via=None):
+    """Waits until every partition's replicas are its target and nothing is reassigning."""
+    def done():
+        nid = via or cluster.running()[0]
+        ps = partitions(cluster, topic, via=nid)
+        status, running = cluster.get(nid, "/v1/reassignments", timeout=5)
+        moved = (status == 200 and not [r for r in running if r["topic"] == topic]
+                 and all(ps.get(i, {}).get("replicas") == t and ps[i]["reassignment"] is None
+                         and sorted(ps[i]["isr"]) == sorted(t) for i, t in targets.items()))
+        # Raised, so that a time-out names what was seen last.
+        assert moved, {i: (p["replicas"], p["isr"], p["reassignment"]) for i, p in ps.items()}
+        return moved
+    wait_for(f"{topic} moved to {targets}", timeout, done, interval=0.2)
+
+
+class Load:
+    """An idempotent acks=all producer in a thread, writing keyed records round-robin
+    over the partitions and recording each acknowledged (partition, offset, value)."""
+
+    def __init__(self, cluster, topic, partition_count):
+        self.acked = []
+        self.errors = []
+        self.stop = threading.Event()
+        self.p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                              "linger.ms": 5, "message.timeout.ms": 120000, "socket.timeout.ms": 10000,
+                              "log_level": 0})
+        self.topic, self.partition_count = topic, partition_count
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        i = 0
+        while not self.stop.is_set() and i < 200_000:
+            value = b"r-%08d" % i
+            try:
+                self.p.produce(self.topic, value=value, partition=i % self.partition_count, on_delivery=self.done)
+                i += 1
+            except BufferError:
+                self.p.poll(0.05)
+            if i % 50 == 0:
+                self.p.poll(0.002)
+
+    def done(self, err, msg):
+        if err:
+            self.errors.append(err)
+        else:
+            self.acked.append((msg.partition(), msg.offset(), msg.value()))
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join(timeout=30)
+        left = self.p.flush(120)
+        assert left == 0, f"{left} records undelivered"
+        return self.acked
+
+
+def read_back(cluster, topic, partition_count, expect, timeout=90):
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "reassignment-tests",
+                     "enable.auto.commit": False, "fetch.wait.max.ms": 100, "log_level": 0})
+    c.assign([ck.TopicPartition(topic, p, 0) for p in range(partition_count)])
+    got = {p: [] for p in range(partition_count)}
+    deadline = time.monotonic() + timeout
+    try:
+        while sum(map(len, got.values())) < expect and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if not m.error():
+                    got[m.partition()].append((m.offset(), m.value()))
+    finally:
+        c.close()
+    return got
+
+
+def assert_every_ack_once_in_order(acked, got):
+    """Every acknowledged record is stored exactly once, and each partition holds its
+    records in production order. Checked by value: librdkafka's idempotent producer
+    acknowledges a batch whose answer it lost, once a later batch of the same producer
+    succeeds, without an offset."""
+    by_partition = {}
+    for p, offset, value in acked:
+        by_partition.setdefault(p, []).append((offset, value))
+    for p, records in by_partition.items():
+        offsets = [o for o, _ in got[p]]
+        assert len(set(offsets)) == len(offsets), f"partition {p}: an offset read twice"
+        stored = [v for _, v in sorted(got[p])]
+        assert len(set(stored)) == len(stored), f"partition {p}: a record stored twice"
+        assert stored == sorted(stored), f"partition {p}: records stored out of production order"
+        read = dict(got[p])
+        present = set(stored)
+        for offset, value in records:
+            assert value in present, f"partition {p}: acknowledged record {value!r} is missing"
+            if offset is not None:
+                assert read.get(offset) == value, f"partition {p}: offset {offset} reads {read.get(offset)!r}"
+
+
+def setup_on_first_three(cluster, topic, count):
+    """A topic whose every partition is on brokers 1, 2, 3 (moved there first)."""
+    cluster.create_topic(topic, partitions=count, rf=3, configs={"min.insync.replicas": "2"})
+    cluster.wait_topic(topic, count)
+    for i, p in partitions(cluster, topic).items():
+        if p["replicas"] != [1, 2, 3]:
+            status, body = reassign(cluster, topic, i, [1, 2, 3])
+            assert status == 202, body
+    wait_moved(cluster, topic, {i: [1, 2, 3] for i in range(count)})
+
+
+@pytest.mark.parametrize("kill", ["none", "leader", "adding", "controller"])
+def test_every_partition_moves_under_load_and_nothing_acknowledged_is_lost(make_cluster, kill):
+    cluster = make_cluster(NODES, FAST)
+    topic, count = f"move-{kill}", 4
+    setup_on_first_three(cluster, topic, count)
+    load = Load(cluster, topic, count)
+    wait_for("records flowing", 30, lambda: len(load.acked) > 500)
+    if kill != "none":
+        # The adding replica cannot catch up until it resumes: the kill lands mid-move.
+        cluster.signal(4, signal.SIGSTOP)
+    targets = {i: [2, 3, 4] if i % 2 == 0 else [4, 3, 2] for i in range(count)}
+    for i, t in targets.items():
+        status, body = reassign(cluster, topic, i, t)
+        assert status == 202, body
+        assert body["reassignment"]["adding"] == [4] and body["reassignment"]["removing"] == [1], body
+    if kill != "none":
+        running = cluster.get(1, "/v1/reassignments")[1]
+        assert len([r for r in running if r["topic"] == topic]) == count, running
+        if kill == "adding":
+            cluster.kill(4)
+            cluster.launch(4)
+        else:
+            if kill == "leader":
+                victim = partitions(cluster, topic)[0]["leader"]
+            else:
+                victim = cluster.cluster_view(1)["controller_id"]
+            cluster.kill(victim)
+            cluster.signal(4, signal.SIGCONT)
+            survivor = next(n for n in (1, 2, 3) if n != victim)
+            wait_for(f"node {victim} fenced", 30, lambda: any(
+                b["id"] == victim and b["state"] != "active" for b in cluster.cluster_view(survivor)["brokers"]))
+            cluster.launch(victim)
+        cluster.wait_active(timeout=60)
+    wait_moved(cluster, topic, targets, timeout=90)
+    before = len(load.acked)
+    wait_for("records flowing after the move", 30, lambda: len(load.acked) > before + 200)
+    acked = load.finish()
+    assert not load.errors, load.errors[:3]
+    got = read_back(cluster, topic, count, len(acked))
+    assert_every_ack_once_in_order(acked, got)
+    # Broker 1 left every replica set: its logs of the topic are gone.
+    logs = os.path.join(cluster.node(1).data_dir, "logs")
+    wait_for("broker 1's logs of the topic deleted", 30,
+             lambda: not [d for d in os.listdir(logs) if d.startswith(topic + "-")])
+
+
+def test_cancel_mid_move_returns_the_original_replicas(make_cluster):
+    cluster = make_cluster(NODES, FAST)
+    topic = "cancel"
+    setup_on_first_three(cluster, topic, 1)
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "log_level": 0})
+    for i in range(1000):
+        p.produce(topic, value=b"x" * 100)
+    assert p.flush(30) == 0
+    cluster.signal(4, signal.SIGSTOP)
+    try:
+        status, body = reassign(cluster, topic, 0, [1, 2, 4])
+        assert status == 202, body
+        assert body["replicas"] == [1, 2, 4, 3], body
+        assert body["reassignment"]["target"] == [1, 2, 4] and body["reassignment"]["removing"] == [3], body
+        assert body["reassignment"]["bytes_left"] > 100_000, "broker 4 has copied nothing yet"
+        status, listed = cluster.get(2, "/v1/reassignments")
+        assert status == 200 and [(r["topic"], r["partition"], r["adding"]) for r in listed] == [(topic, 0, [4])]
+        assert listed[0]["bytes_left"] > 100_000, listed
+        # The same through the CLI: a table, and JSON; then the cancel.
+        table = strom_cli(cluster, "reassignments")
+        assert "BYTES-LEFT" in table and topic in table, table
+        assert [r["target"] for r in json.loads(strom_cli(cluster, "reassignments", "--json"))] == [[1, 2, 4]]
+        body = json.loads(strom_cli(cluster, "partition", "cancel-reassignment", topic, "0", "--json"))
+        assert body["replicas"] == [1, 2, 3] and body["reassignment"] is None, body
+        assert sorted(body["isr"]) == [1, 2, 3]
+        status, body = cluster.send(2, "DELETE", f"/v1/partitions/{topic}/0/reassign")
+        assert (status, body["error"]) == (409, "NO_REASSIGNMENT_IN_PROGRESS"), body
+    finally:
+        cluster.signal(4, signal.SIGCONT)
+    logs = os.path.join(cluster.node(4).data_dir, "logs")
+    wait_for("broker 4 holds no replica of the topic", 30,
+             lambda: not [d for d in os.listdir(logs) if d.startswith(topic + "-")] if os.path.isdir(logs) else True)
+    assert partitions(cluster, topic)[0]["replicas"] == [1, 2, 3]
+
+
+def test_bad_reassignments_are_refused_and_change_nothing(make_cluster):
+    cluster = make_cluster(NODES, FAST)
+    topic = "bad-moves"
+    cluster.create_topic(topic, partitions=1, rf=2)
+    before = cluster.wait_topic(topic, 1)["partitions"][0]
+    for target, code in [([1, 9], "INVALID_REPLICA_ASSIGNMENT"), ([1, 1], "INVALID_REPLICA_ASSIGNMENT"),
+                         ([], "INVALID_REPLICA_ASSIGNMENT")]:
+        status, body = reassign(cluster, topic, 0, target)
+        assert (status, body["error"]) == (400, code), (target, body)
+        assert body["message"]
+    status, body = reassign(cluster, topic, 5, [1, 2])
+    assert (status, body["error"]) == (404, "UNKNOWN_TOPIC_OR_PARTITION"), body
+    status, body = reassign(cluster, "no-such-topic", 0, [1, 2])
+    assert (status, body["error"]) == (404, "UNKNOWN_TOPIC_OR_PARTITION"), body
+    status, body = cluster.send(1, "POST", f"/v1/partitions/{topic}/0/reassign", {"brokers": [1]})
+    assert (status, body["error"]) == (400, "INVALID_REQUEST"), body
+    status, body = cluster.send(1, "DELETE", f"/v1/partitions/{topic}/0/reassign")
+    assert (status, body["error"]) == (409, "NO_REASSIGNMENT_IN_PROGRESS"), body
+    after = partitions(cluster, topic)[0]
+    assert (after["replicas"], after["partition_epoch"]) == (before["replicas"], before["partition_epoch"])
+
+
+# ---- Kafka's APIs by hand (flexible versions: compact strings and arrays) -----------------
+
+API_ALTER_REASSIGNMENTS, API_LIST_REASSIGNMENTS = 45, 46
+
+
+def alter_reassignments(addr, topic, moves):
+    """AlterPartitionReassignments v0: moves = {partition: [ids] or None (cancel)};
+    {partition: (error code, message)}."""
+    parts = []
+    for i, replicas in moves.items():
+        encoded = wire.uvarint(0) if replicas is None else wire.carray([wire.i32(b) for b in replicas])
+        parts.append(wire.i32(i) + encoded + wire.NO_TAGS)
+    body = wire.i32(30000) + wire.carray([wire.cstring(topic) + wire.carray(parts) + wire.NO_TAGS]) + wire.NO_TAGS
+    r = wire.roundtrip(addr, API_ALTER_REASSIGNMENTS, 0, body, flexible=True, timeout=30)
+    r.i32()  # throttle
+    assert r.i16() == 0
+    r.cstring()
+    out = {}
+    for _ in range(r.carray_len()):
+        assert r.cstring() == topic
+        for _ in range(r.carray_len()):
+            i, code, message = r.i32(), r.i16(), r.cstring()
+            r.skip_tags()
+            out[i] = (code, message)
+        r.skip_tags()
+    return out
+
+
+def list_reassignments(addr):
+    """ListPartitionReassignments v0 of every topic: {(topic, partition): (replicas, adding, removing)}."""
+    body = wire.i32(30000) + wire.uvarint(0) + wire.NO_TAGS
+    r = wire.roundtrip(addr, API_LIST_REASSIGNMENTS, 0, body, flexible=True)
+    r.i32()  # throttle
+    assert r.i16() == 0
+    r.cstring()
+    out = {}
+    for _ in range(r.carray_len()):
+        name = r.cstring()
+        for _ in range(r.carray_len()):
+            i = r.i32()
+            lists = [[r.i32() for _ in range(r.carray_len())] for _ in range(3)]
+            r.skip_tags()
+            out[(name, i)] = tuple(lists)
+        r.skip_tags()
+    return out
+
+
+def test_kafka_reassignment_apis_by_hand(make_cluster):
+    cluster = make_cluster(NODES, FAST)
+    topic = "kafka-api-moves"
+    setup_on_first_three(cluster, topic, 2)
+    addr = cluster.node(2).kafka_addr
+    versions = wire.api_versions(addr)
+    assert versions[API_ALTER_REASSIGNMENTS] == (0, 1) and versions[API_LIST_REASSIGNMENTS] == (0, 0)
+    cluster.signal(4, signal.SIGSTOP)
+    try:
+        got = alter_reassignments(addr, topic, {0: [4, 2, 3], 1: [1, 9, 3]})
+        assert got[0] == (0, None), got
+        assert got[1][0] == 39, got  # INVALID_REPLICA_ASSIGNMENT
+        assert list_reassignments(addr) == {(topic, 0): ([4, 2, 3, 1], [4], [1])}
+        assert alter_reassignments(addr, topic, {0: None}) == {0: (0, None)}
+        assert list_reassignments(addr) == {}
+        code, message = alter_reassignments(addr, topic, {0: None})[0]
+        assert code == 85 and message, message  # NO_REASSIGNMENT_IN_PROGRESS
+    finally:
+        cluster.signal(4, signal.SIGCONT)
+    got = alter_reassignments(addr, topic, {1: [4, 2, 3]})
+    assert got == {1: (0, None)}
+    # As in Kafka, a cancelled move keeps the replica order of the move: the
+    # target's first, then the originals that were leaving.
+    wait_moved(cluster, topic, {0: [2, 3, 1], 1: [4, 2, 3]})
+
+
+def test_throttled_move_waits_for_the_rate_and_speeds_up_when_lifted(make_cluster):
+    """leader.replication.throttled.rate (dynamic, through PATCH /v1/brokers/configs)
+    bounds the catch-up traffic of an adding replica: at 1 MB/s a 20 MB partition still
+    has most of its bytes left after 3 s; lifting the throttle (null) lets the move
+    finish. ISR replication is not throttled: acks=all writes go on meanwhile."""
+    cluster = make_cluster(NODES, FAST)
+    topic = "throttled"
+    setup_on_first_three(cluster, topic, 1)
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20, "log_level": 0})
+    for i in range(20_000):
+        while True:
+            try:
+                p.produce(topic, value=b"t" * 1000)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    status, configs = cluster.send(2, "PATCH", "/v1/brokers/configs", {"leader.replication.throttled.rate": "1000000"})
+    assert status == 200 and configs["leader.replication.throttled.rate"] == "1000000", configs
+    status, body = cluster.send(1, "PATCH", "/v1/brokers/configs", {"replica.lag.time.max.ms": "5"})
+    assert (status, body["error"]) == (400, "INVALID_REQUEST"), body
+    status, body = reassign(cluster, topic, 0, [1, 2, 4])
+    assert status == 202, body
+    started = time.monotonic()
+    acked = []
+    for i in range(100):
+        p.produce(topic, value=b"during-%d" % i, on_delivery=lambda e, m: acked.append(e))
+    assert p.flush(30) == 0 and acked == [None] * 100, "ISR writes are not throttled"
+    while time.monotonic() - started < 3:
+        time.sleep(0.1)
+    [row] = cluster.get(1, "/v1/reassignments")[1]
+    assert row["bytes_left"] > 10_000_000, f"at 1 MB/s, {row['bytes_left']} bytes left after 3 s"
+    status, configs = cluster.send(3, "PATCH", "/v1/brokers/configs", {"leader.replication.throttled.rate": None})
+    assert status == 200 and configs["leader.replication.throttled.rate"] == "9223372036854775807", configs
+    wait_moved(cluster, topic, {0: [1, 2, 4]}, timeout=60)
