@@ -32,6 +32,9 @@ pub enum ErrorCode {
     DuplicateVoter,
     VoterNotFound,
     InvalidQuorumChange,
+    BrokerIdNotRegistered,
+    NotEnoughBrokers,
+    BrokerNotEmpty,
 }
 
 impl ErrorCode {
@@ -61,6 +64,9 @@ impl ErrorCode {
             ErrorCode::DuplicateVoter => "DUPLICATE_VOTER",
             ErrorCode::VoterNotFound => "VOTER_NOT_FOUND",
             ErrorCode::InvalidQuorumChange => "INVALID_QUORUM_CHANGE",
+            ErrorCode::BrokerIdNotRegistered => "BROKER_ID_NOT_REGISTERED",
+            ErrorCode::NotEnoughBrokers => "NOT_ENOUGH_BROKERS",
+            ErrorCode::BrokerNotEmpty => "BROKER_NOT_EMPTY",
         }
     }
 
@@ -92,19 +98,28 @@ impl ErrorCode {
             ErrorCode::VoterNotFound => 128,
             // Kafka has no code of its own for this refusal.
             ErrorCode::InvalidQuorumChange => 42,
+            ErrorCode::BrokerIdNotRegistered => 102,
+            // Kafka refuses a replication factor the brokers cannot hold so.
+            ErrorCode::NotEnoughBrokers => 38,
+            ErrorCode::BrokerNotEmpty => 42,
         }
     }
 
     /// The HTTP status the admin API answers with.
     pub fn http_status(self) -> u16 {
         match self {
-            ErrorCode::UnknownTopicOrPartition | ErrorCode::GroupIdNotFound | ErrorCode::VoterNotFound => 404,
+            ErrorCode::UnknownTopicOrPartition
+            | ErrorCode::GroupIdNotFound
+            | ErrorCode::VoterNotFound
+            | ErrorCode::BrokerIdNotRegistered => 404,
             ErrorCode::TopicAlreadyExists
             | ErrorCode::ElectionNotNeeded
             | ErrorCode::EligibleLeadersNotAvailable
             | ErrorCode::NoReassignmentInProgress
             | ErrorCode::DuplicateVoter
-            | ErrorCode::InvalidQuorumChange => 409,
+            | ErrorCode::InvalidQuorumChange
+            | ErrorCode::NotEnoughBrokers
+            | ErrorCode::BrokerNotEmpty => 409,
             ErrorCode::NotController | ErrorCode::RequestTimedOut | ErrorCode::BrokerNotAvailable => 503,
             ErrorCode::UnknownServerError => 500,
             _ => 400,

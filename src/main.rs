@@ -60,6 +60,13 @@ enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Drain, put in maintenance or unregister a broker through the admin API.
+    Broker {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[command(subcommand)]
+        command: cli::BrokerCommand,
+    },
     /// The metadata quorum's voters and observers through the admin API.
     Quorum {
         #[command(flatten)]
@@ -247,6 +254,9 @@ fn main() -> ExitCode {
         }
         Command::Reassignments { admin } => {
             cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::reassignments(admin)))
+        }
+        Command::Broker { admin, command } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::broker(admin, command)))
         }
         Command::Quorum { admin, command } => {
             cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::quorum(admin, command)))

@@ -192,6 +192,23 @@ impl Quorum {
         self.raft.metrics().borrow().last_log_index.unwrap_or(0)
     }
 
+    /// Removes an observer from the membership (leader only): the leader
+    /// stops replicating to it.
+    pub async fn remove_learner(&self, id: NodeId, timeout: Duration) -> Result<(), ProposeError> {
+        let change = self.raft.change_membership(ChangeMembers::RemoveNodes(BTreeSet::from([id])), false);
+        match tokio::time::timeout(timeout, change).await {
+            Err(_) => Err(ProposeError::Timeout(timeout)),
+            Ok(Ok(_)) => {
+                tracing::info!(node_id = id, "observer removed from the metadata quorum");
+                Ok(())
+            }
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader { leader: f.leader_id })
+            }
+            Ok(Err(e)) => Err(ProposeError::Fatal(e.to_string())),
+        }
+    }
+
     /// Makes the voter set `voters` through joint consensus (leader only);
     /// voters left out stay as learners, so they keep the whole log.
     pub async fn set_voters(&self, voters: BTreeSet<NodeId>, timeout: Duration) -> Result<u64, ProposeError> {

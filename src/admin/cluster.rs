@@ -6,7 +6,10 @@ use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Value};
 
+use strom_raft::{BrokerRegistration, MetadataImage};
+
 use super::Ctx;
+use crate::controller::drain;
 use crate::node::NodeContext;
 
 pub async fn health() -> impl IntoResponse {
@@ -32,22 +35,31 @@ pub async fn metrics(State(ctx): Ctx) -> impl IntoResponse {
     ([("content-type", "text/plain; version=0.0.4")], body)
 }
 
+/// One broker as the API shows it: addresses, state, replica and leader
+/// counts, maintenance, and the drain's progress while it is decommissioned.
+pub(super) fn broker_json(ctx: &NodeContext, image: &MetadataImage, b: &BrokerRegistration) -> Value {
+    let replicas = drain::replica_counts(image).get(&b.broker_id).copied().unwrap_or(0);
+    let leaders = drain::leader_counts(image).get(&b.broker_id).copied().unwrap_or(0);
+    json!({
+        "id": b.broker_id,
+        "kafka": b.kafka,
+        "admin": b.admin,
+        "state": b.state.as_str(),
+        "is_controller": ctx.quorum.leader() == Some(b.broker_id as u64),
+        "rack": null,
+        "replicas": replicas,
+        "leaders": leaders,
+        "maintenance": b.maintenance,
+        "decommission": b.decommissioning.then(|| json!({
+            "state": if replicas == 0 { "done" } else { "draining" },
+            "replicas_left": replicas,
+        })),
+    })
+}
+
 fn brokers_json(ctx: &NodeContext) -> Vec<Value> {
     let image = ctx.quorum.image();
-    let leader = ctx.quorum.leader();
-    image
-        .brokers
-        .values()
-        .map(|b| {
-            json!({
-                "id": b.broker_id,
-                "kafka": b.kafka,
-                "admin": b.admin,
-                "state": b.state.as_str(),
-                "is_controller": leader == Some(b.broker_id as u64),
-            })
-        })
-        .collect()
+    image.brokers.values().map(|b| broker_json(ctx, &image, b)).collect()
 }
 
 pub async fn brokers(State(ctx): Ctx) -> Json<Vec<Value>> {

@@ -6,6 +6,7 @@
 //! Errors are `{"error": CODE, "message": sentence}` with 4xx/503 statuses.
 
 mod broker_configs;
+mod brokers;
 mod cluster;
 mod groups;
 pub mod metrics;
@@ -115,6 +116,12 @@ pub fn router(ctx: Arc<NodeContext>) -> Router {
         .route("/v1/cluster", get(cluster::cluster))
         .route("/v1/brokers", get(cluster::brokers))
         .route("/v1/brokers/configs", get(broker_configs::get).patch(broker_configs::patch))
+        .route("/v1/brokers/{id}", get(brokers::describe).delete(brokers::unregister))
+        .route("/v1/brokers/{id}/decommission", post(brokers::decommission).delete(brokers::stop_decommission))
+        .route(
+            "/v1/brokers/{id}/maintenance",
+            axum::routing::put(brokers::enter_maintenance).delete(brokers::leave_maintenance),
+        )
         .route("/v1/groups", get(groups::list))
         .route("/v1/groups/{id}", get(groups::describe))
         .route("/v1/internal/groups", get(groups::internal_groups))

@@ -40,6 +40,21 @@ pub fn spec() -> Value {
             "/metrics": {"get": op("Prometheus text format", &[("200", "metrics")])},
             "/v1/cluster": {"get": op("Controller, quorum and brokers", &[("200", "cluster")])},
             "/v1/brokers": {"get": op("Registered brokers", &[("200", "brokers")])},
+            "/v1/brokers/{id}": {
+                "parameters": [path_param("id", "integer")],
+                "get": op("One broker: state, replica and leader counts, maintenance, drain progress", &[("200", "broker"), ("400", "invalid"), ("404", "BROKER_ID_NOT_REGISTERED")]),
+                "delete": op("Unregister a broker that is fenced or drained and holds no replica", &[("204", "unregistered"), ("400", "invalid"), ("404", "BROKER_ID_NOT_REGISTERED"), ("409", "BROKER_NOT_EMPTY: holds replicas, or alive and not drained"), ("503", "no controller")]),
+            },
+            "/v1/brokers/{id}/decommission": {
+                "parameters": [path_param("id", "integer")],
+                "post": op("Drain the broker: leaderships, then replicas move away; it is unregistered once empty", &[("202", "broker, with its decommission progress"), ("400", "invalid"), ("404", "BROKER_ID_NOT_REGISTERED"), ("409", "NOT_ENOUGH_BROKERS: the others cannot hold the replication factors"), ("503", "no controller")]),
+                "delete": op("Stop a drain", &[("200", "broker"), ("400", "invalid"), ("404", "BROKER_ID_NOT_REGISTERED"), ("503", "no controller")]),
+            },
+            "/v1/brokers/{id}/maintenance": {
+                "parameters": [path_param("id", "integer")],
+                "put": op("Enter maintenance: the broker keeps its replicas and leads nothing", &[("200", "broker"), ("400", "invalid"), ("404", "BROKER_ID_NOT_REGISTERED"), ("503", "no controller")]),
+                "delete": op("Leave maintenance", &[("200", "broker"), ("400", "invalid"), ("404", "BROKER_ID_NOT_REGISTERED"), ("503", "no controller")]),
+            },
             "/v1/brokers/configs": {
                 "get": op("Dynamic broker settings with their cluster-wide values in force", &[("200", "settings")]),
                 "patch": with_body(op("Set (value) or reset (null) cluster-wide dynamic broker settings, applied at runtime on every broker", &[("200", "settings"), ("400", "INVALID_CONFIG (unknown key) or INVALID_REQUEST (not dynamic, bad value)"), ("503", "no controller")]), "ConfigChanges"),

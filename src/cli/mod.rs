@@ -2,10 +2,12 @@
 //! readable tables, or the API's JSON with `--json`. Exit 0 on success, 1 on
 //! an API error (its code and message on stderr).
 
+mod broker;
 mod quorum;
 mod reassign;
 mod table;
 
+pub use broker::{broker, BrokerCommand};
 pub use quorum::{quorum, QuorumCommand};
 pub use reassign::{partition, reassignments, PartitionCommand};
 

@@ -132,6 +132,24 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "bytes/s a replica a reassignment adds fetches (Long.MAX: unlimited)",
     )
     .dynamic(),
+    def(
+        "balancer.mode",
+        Some("continuous"),
+        Kind::Choice(&["off", "node_add", "continuous"]),
+        "what the controller changes by itself: continuous re-creates the replicas of brokers gone longer than balancer.node.unavailable.timeout.ms",
+    ),
+    def(
+        "balancer.node.unavailable.timeout.ms",
+        Some("900000"),
+        int(0, I64_MAX),
+        "a broker fenced this long has its replicas re-created on live brokers (balancer.mode=continuous)",
+    ),
+    def(
+        "balancer.max.concurrent.moves",
+        Some("4"),
+        int(1, 10_000),
+        "reassignments the controller itself runs at once (drains, healing)",
+    ),
     def("broker.heartbeat.interval.ms", Some("500"), int(10, I32_MAX), "broker to controller heartbeat period"),
     def("broker.session.timeout.ms", Some("3000"), int(50, I32_MAX), "a broker silent this long is fenced"),
     def("offsets.topic.num.partitions", Some("50"), int(1, 10_000), "partitions of __consumer_offsets"),

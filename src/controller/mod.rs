@@ -9,6 +9,7 @@
 
 pub mod broker_configs;
 pub mod client;
+pub mod drain;
 pub mod election;
 pub mod liveness;
 pub mod placement;
@@ -19,6 +20,7 @@ mod test_support;
 pub mod topics;
 pub mod voters;
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -48,6 +50,8 @@ pub struct Controller {
     liveness: Mutex<Liveness>,
     active: AtomicBool,
     last_rebalance: Mutex<Instant>,
+    /// When each fenced broker was first seen fenced by this controller.
+    unavailable_since: Mutex<HashMap<i32, Instant>>,
 }
 
 impl Controller {
@@ -61,6 +65,7 @@ impl Controller {
             liveness: Mutex::new(Liveness::new(session)),
             active: AtomicBool::new(false),
             last_rebalance: Mutex::new(Instant::now()),
+            unavailable_since: Mutex::new(HashMap::new()),
         }
     }
 
@@ -213,6 +218,12 @@ impl Controller {
         let _guard = self.write_lock.lock().await;
         let node_id =
             u64::try_from(broker_id).map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "bad broker id"))?;
+        if quorum.image().retired_brokers.get(&broker_id) == Some(&incarnation_id) {
+            return Err(ApiError::new(
+                ErrorCode::BrokerIdNotRegistered,
+                format!("broker {broker_id} was unregistered; restart it to join the cluster again"),
+            ));
+        }
         if !quorum.voters().contains_key(&node_id) {
             quorum
                 .add_learner(node_id, raft.clone(), PROPOSE_TIMEOUT)
@@ -312,11 +323,53 @@ impl Controller {
             ControllerRequest::Reassign { topic, partition, target: None } => {
                 vec![reassignment::cancel(&image, topic, *partition)?]
             }
+            ControllerRequest::SetMaintenance { broker_id, on } => {
+                if !image.brokers.contains_key(broker_id) {
+                    return Err(ApiError::new(
+                        ErrorCode::BrokerIdNotRegistered,
+                        format!("broker {broker_id} is not registered"),
+                    ));
+                }
+                with_leaderships_moved(&image, MetadataRecord::BrokerMaintenance { broker_id: *broker_id, on: *on })
+            }
+            ControllerRequest::Decommission { broker_id, on: true } => {
+                drain::check_decommission(&image, *broker_id)?;
+                with_leaderships_moved(&image, MetadataRecord::BrokerDecommission { broker_id: *broker_id, on: true })
+            }
+            ControllerRequest::Decommission { broker_id, on: false } => {
+                if !image.brokers.contains_key(broker_id) {
+                    return Err(ApiError::new(
+                        ErrorCode::BrokerIdNotRegistered,
+                        format!("broker {broker_id} is not registered"),
+                    ));
+                }
+                vec![MetadataRecord::BrokerDecommission { broker_id: *broker_id, on: false }]
+            }
+            ControllerRequest::Unregister { broker_id } => {
+                drain::check_unregister(&image, *broker_id)?;
+                vec![MetadataRecord::UnregisterBroker { broker_id: *broker_id }]
+            }
             _ => return Err(ApiError::new(ErrorCode::InvalidRequest, "not an admin request")),
         };
         let index = self.propose(quorum, records).await?;
         log_admin_write(&request, index);
+        if let ControllerRequest::Unregister { broker_id } = &request {
+            self.forget_observer(quorum, *broker_id).await;
+        }
         Ok(index)
+    }
+
+    /// An unregistered broker that is an observer of the quorum leaves its
+    /// membership too, so the leader stops replicating to it. A voter stays
+    /// until it is removed from the voters.
+    async fn forget_observer(&self, quorum: &Quorum, broker_id: i32) {
+        let Ok(node_id) = u64::try_from(broker_id) else { return };
+        if quorum.voters().contains_key(&node_id) || !quorum.learners().contains(&node_id) {
+            return;
+        }
+        if let Err(e) = quorum.remove_learner(node_id, PROPOSE_TIMEOUT).await {
+            tracing::warn!(broker_id, error = %e, "could not remove the unregistered broker from the quorum");
+        }
     }
 
     /// Follows quorum leadership and fences expired brokers, until `shutdown`.
@@ -339,6 +392,7 @@ impl Controller {
             if self.is_active() {
                 self.fence_expired(&quorum).await;
                 self.complete_reassignments(&quorum).await;
+                self.reshape(&quorum).await;
                 self.maybe_rebalance(&quorum).await;
             }
         }
@@ -393,6 +447,64 @@ impl Controller {
 }
 
 impl Controller {
+    /// Drains decommissioning brokers (leaderships, then replicas, then the
+    /// registration), and with `balancer.mode=continuous` re-creates the
+    /// replicas of brokers fenced longer than
+    /// `balancer.node.unavailable.timeout.ms` on live brokers.
+    async fn reshape(&self, quorum: &Quorum) {
+        let now = Instant::now();
+        let unavailable_for = Duration::from_millis(self.settings.u64("balancer.node.unavailable.timeout.ms"));
+        let healing = self.settings.get("balancer.mode").as_deref() == Some("continuous");
+        let mut off: BTreeSet<i32> = BTreeSet::new();
+        {
+            let image = quorum.image();
+            let mut since = self.unavailable_since.lock().unwrap_or_else(|e| e.into_inner());
+            since.retain(|b, _| image.brokers.get(b).is_some_and(|r| r.state == BrokerState::Fenced));
+            for b in image.brokers.values().filter(|b| b.state == BrokerState::Fenced) {
+                let at = *since.entry(b.broker_id).or_insert(now);
+                if healing && now.duration_since(at) >= unavailable_for {
+                    off.insert(b.broker_id);
+                }
+            }
+            let special = image.brokers.values().any(|b| b.decommissioning || b.maintenance);
+            if off.is_empty() && !special {
+                return;
+            }
+        }
+        let _guard = self.write_lock.lock().await;
+        let image = quorum.image();
+        off.extend(image.brokers.values().filter(|b| b.decommissioning).map(|b| b.broker_id));
+        let mut records: Vec<MetadataRecord> = Vec::new();
+        for b in image.brokers.values().filter(|b| b.decommissioning || b.maintenance) {
+            records.extend(election::leaderships_away_from(&image, b.broker_id));
+        }
+        // Leaderships first; replicas move on a later tick.
+        if records.is_empty() && !off.is_empty() {
+            let max_moves = self.settings.u64("balancer.max.concurrent.moves").max(1) as usize;
+            records = drain::moves_off(&image, &off, max_moves);
+        }
+        let finished = drain::finished_drains(&image);
+        if records.is_empty() && finished.is_empty() {
+            return;
+        }
+        let changes = records.len();
+        records.extend(finished.iter().cloned());
+        match self.propose(quorum, records).await {
+            Ok(index) => {
+                if changes > 0 {
+                    tracing::info!(changes, index, brokers = ?off, "moving leaderships and replicas off brokers");
+                }
+                for r in &finished {
+                    if let MetadataRecord::UnregisterBroker { broker_id } = r {
+                        tracing::info!(broker_id, index, "drained broker unregistered");
+                        self.forget_observer(quorum, *broker_id).await;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "moving replicas off brokers failed"),
+        }
+    }
+
     /// Completes every reassignment whose target replicas are all in sync
     /// (also those an earlier controller started).
     async fn complete_reassignments(&self, quorum: &Quorum) {
@@ -437,6 +549,25 @@ impl Controller {
     }
 }
 
+/// `record`, then the leadership moves it calls for: a broker entering
+/// maintenance or being drained leads nothing another ISR member can lead.
+fn with_leaderships_moved(image: &MetadataImage, record: MetadataRecord) -> Vec<MetadataRecord> {
+    let mut after = image.clone();
+    if let Err(e) = after.apply(&record) {
+        tracing::warn!(error = %e, "broker change does not apply");
+    }
+    let broker = match &record {
+        MetadataRecord::BrokerMaintenance { broker_id, on: true }
+        | MetadataRecord::BrokerDecommission { broker_id, on: true } => Some(*broker_id),
+        _ => None,
+    };
+    let mut records = vec![record];
+    if let Some(b) = broker {
+        records.extend(election::leaderships_away_from(&after, b));
+    }
+    records
+}
+
 fn fence_records(image: &MetadataImage, broker_id: i32, unclean: bool) -> Vec<MetadataRecord> {
     let mut records = vec![MetadataRecord::BrokerRegistrationChange { broker_id, state: BrokerState::Fenced }];
     records.extend(election::elections_without(image, broker_id, unclean));
@@ -467,6 +598,13 @@ fn log_admin_write(request: &ControllerRequest, index: u64) {
         ControllerRequest::Reassign { topic, partition, target: None } => {
             tracing::info!(%topic, partition, index, "reassignment cancelled")
         }
+        ControllerRequest::SetMaintenance { broker_id, on } => {
+            tracing::info!(broker_id, maintenance = on, index, "broker maintenance changed")
+        }
+        ControllerRequest::Decommission { broker_id, on } => {
+            tracing::info!(broker_id, draining = on, index, "broker decommission changed")
+        }
+        ControllerRequest::Unregister { broker_id } => tracing::info!(broker_id, index, "broker unregistered"),
         _ => {}
     }
 }

@@ -75,6 +75,21 @@ pub enum ControllerRequest {
     AllocateProducerIds {
         broker_id: i32,
     },
+    /// A broker enters (`on`) or leaves maintenance: it keeps its replicas
+    /// and leads nothing.
+    SetMaintenance {
+        broker_id: i32,
+        on: bool,
+    },
+    /// Starts (`on`) or stops draining a broker for retirement.
+    Decommission {
+        broker_id: i32,
+        on: bool,
+    },
+    /// Removes a dead or drained broker that holds no replica (Kafka's UnregisterBroker).
+    Unregister {
+        broker_id: i32,
+    },
     /// Promotes a caught-up observer to a voter of the metadata quorum (KIP-853).
     AddVoter {
         node_id: u64,
