@@ -60,6 +60,13 @@ enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// The balancer's plan and counts through the admin API.
+    Balancer {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[command(subcommand)]
+        command: cli::BalancerCommand,
+    },
     /// Drain, put in maintenance or unregister a broker through the admin API.
     Broker {
         #[command(flatten)]
@@ -254,6 +261,9 @@ fn main() -> ExitCode {
         }
         Command::Reassignments { admin } => {
             cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::reassignments(admin)))
+        }
+        Command::Balancer { admin, command } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::balancer(admin, command)))
         }
         Command::Broker { admin, command } => {
             cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::broker(admin, command)))

@@ -5,6 +5,7 @@
 //! has applied them, so a read after a write on the same node sees it.
 //! Errors are `{"error": CODE, "message": sentence}` with 4xx/503 statuses.
 
+mod balancer;
 mod broker_configs;
 mod brokers;
 mod cluster;
@@ -134,6 +135,7 @@ pub fn router(ctx: Arc<NodeContext>) -> Router {
         .route("/v1/partitions/{topic}/{partition}/reassign", post(reassignments::start).delete(reassignments::cancel))
         .route("/v1/reassignments", get(reassignments::list))
         .route("/v1/quorum", get(quorum::describe))
+        .route("/v1/balancer", get(balancer::status))
         .route("/v1/quorum/voters", post(quorum::add_voter))
         .route("/v1/quorum/voters/{id}", axum::routing::delete(quorum::remove_voter))
         .route("/v1/internal/quorum", get(quorum::internal))

@@ -2,11 +2,13 @@
 //! readable tables, or the API's JSON with `--json`. Exit 0 on success, 1 on
 //! an API error (its code and message on stderr).
 
+mod balancer;
 mod broker;
 mod quorum;
 mod reassign;
 mod table;
 
+pub use balancer::{balancer, BalancerCommand};
 pub use broker::{broker, BrokerCommand};
 pub use quorum::{quorum, QuorumCommand};
 pub use reassign::{partition, reassignments, PartitionCommand};

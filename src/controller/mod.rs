@@ -7,6 +7,7 @@
 //! every decision sees the effect of the previous one. A background tick
 //! follows quorum leadership and fences brokers whose sessions expire.
 
+pub mod balancer;
 pub mod broker_configs;
 pub mod client;
 pub mod drain;
@@ -41,6 +42,8 @@ pub const PROPOSE_TIMEOUT: Duration = Duration::from_secs(3);
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 /// How often the controller checks leadership and broker sessions.
 pub const TICK: Duration = Duration::from_millis(100);
+/// How often the balancer plans.
+pub const BALANCE_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Controller {
     broker_id: i32,
@@ -52,6 +55,8 @@ pub struct Controller {
     last_rebalance: Mutex<Instant>,
     /// When each fenced broker was first seen fenced by this controller.
     unavailable_since: Mutex<HashMap<i32, Instant>>,
+    /// When the balancer last ran here (wall clock, ms), for the admin API.
+    last_balance_ms: std::sync::atomic::AtomicI64,
 }
 
 impl Controller {
@@ -66,6 +71,7 @@ impl Controller {
             active: AtomicBool::new(false),
             last_rebalance: Mutex::new(Instant::now()),
             unavailable_since: Mutex::new(HashMap::new()),
+            last_balance_ms: std::sync::atomic::AtomicI64::new(-1),
         }
     }
 
@@ -393,6 +399,7 @@ impl Controller {
                 self.fence_expired(&quorum).await;
                 self.complete_reassignments(&quorum).await;
                 self.reshape(&quorum).await;
+                self.balance(&quorum).await;
                 self.maybe_rebalance(&quorum).await;
             }
         }
@@ -502,6 +509,58 @@ impl Controller {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "moving replicas off brokers failed"),
+        }
+    }
+
+    /// When the balancer last ran on this controller (ms since the epoch), or -1.
+    pub fn last_balance_ms(&self) -> i64 {
+        self.last_balance_ms.load(Ordering::Acquire)
+    }
+
+    /// Runs the balancer's plan (`balancer.mode`) every [`BALANCE_EVERY`]:
+    /// its replica moves as reassignments, its leader moves as a new replica
+    /// order and an election of the new preferred leader.
+    async fn balance(&self, quorum: &Quorum) {
+        let mode = balancer::Mode::parse(self.settings.get("balancer.mode").as_deref());
+        let now_ms = crate::replication::partition::now_ms();
+        let last = self.last_balance_ms.load(Ordering::Acquire);
+        if mode == balancer::Mode::Off || (last >= 0 && now_ms - last < BALANCE_EVERY.as_millis() as i64) {
+            return;
+        }
+        self.last_balance_ms.store(now_ms, Ordering::Release);
+        let max_moves = self.settings.u64("balancer.max.concurrent.moves").max(1) as usize;
+        if balancer::plan(&quorum.image(), mode, max_moves).is_empty() {
+            return;
+        }
+        let _guard = self.write_lock.lock().await;
+        let mut image = (*quorum.image()).clone();
+        let moves = balancer::plan(&image, mode, max_moves);
+        let mut records = Vec::new();
+        for m in &moves {
+            let Ok(Some(record)) = reassignment::reassign(&image, &m.topic, m.partition, &m.to) else { continue };
+            if image.apply(&record).is_err() {
+                continue;
+            }
+            records.push(record);
+            let Some(t) = image.topics.get(&m.topic) else { continue };
+            let Some(p) = t.partitions.get(&m.partition) else { continue };
+            let preferred = m.to.first().copied();
+            if m.reason == "leader count" && preferred.is_some_and(|b| p.isr.contains(&b) && image.can_lead(b)) {
+                records.push(MetadataRecord::PartitionChange {
+                    topic_id: t.topic_id,
+                    partition: m.partition,
+                    leader: strom_raft::LeaderChange::Elect(preferred.unwrap_or(-1)),
+                    isr: None,
+                    replicas: None,
+                });
+            }
+        }
+        if records.is_empty() {
+            return;
+        }
+        match self.propose(quorum, records).await {
+            Ok(index) => tracing::info!(moves = moves.len(), index, "balancer moves started"),
+            Err(e) => tracing::warn!(error = %e, "balancer moves failed"),
         }
     }
 

@@ -17,6 +17,9 @@ import wire
 from harness import FAST, strom_bin, wait_for
 
 NODES = 4
+# Moves here are the tests' own: the balancer (which would spread the replicas these
+# tests pile on brokers 1-3 onto broker 4) stays off.
+MANUAL = FAST + ("balancer.mode=off",)
 
 
 def reassign(cluster, topic, partition, replicas, via=1):
@@ -143,7 +146,7 @@ def setup_on_first_three(cluster, topic, count):
 
 @pytest.mark.parametrize("kill", ["none", "leader", "adding", "controller"])
 def test_every_partition_moves_under_load_and_nothing_acknowledged_is_lost(make_cluster, kill):
-    cluster = make_cluster(NODES, FAST)
+    cluster = make_cluster(NODES, MANUAL)
     topic, count = f"move-{kill}", 4
     setup_on_first_three(cluster, topic, count)
     load = Load(cluster, topic, count)
@@ -188,7 +191,7 @@ def test_every_partition_moves_under_load_and_nothing_acknowledged_is_lost(make_
 
 
 def test_cancel_mid_move_returns_the_original_replicas(make_cluster):
-    cluster = make_cluster(NODES, FAST)
+    cluster = make_cluster(NODES, MANUAL)
     topic = "cancel"
     setup_on_first_three(cluster, topic, 1)
     p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "log_level": 0})
@@ -223,7 +226,7 @@ def test_cancel_mid_move_returns_the_original_replicas(make_cluster):
 
 
 def test_bad_reassignments_are_refused_and_change_nothing(make_cluster):
-    cluster = make_cluster(NODES, FAST)
+    cluster = make_cluster(NODES, MANUAL)
     topic = "bad-moves"
     cluster.create_topic(topic, partitions=1, rf=2)
     before = cluster.wait_topic(topic, 1)["partitions"][0]
@@ -292,7 +295,7 @@ def list_reassignments(addr):
 
 
 def test_kafka_reassignment_apis_by_hand(make_cluster):
-    cluster = make_cluster(NODES, FAST)
+    cluster = make_cluster(NODES, MANUAL)
     topic = "kafka-api-moves"
     setup_on_first_three(cluster, topic, 2)
     addr = cluster.node(2).kafka_addr
@@ -322,7 +325,7 @@ def test_throttled_move_waits_for_the_rate_and_speeds_up_when_lifted(make_cluste
     bounds the catch-up traffic of an adding replica: at 1 MB/s a 20 MB partition still
     has most of its bytes left after 3 s; lifting the throttle (null) lets the move
     finish. ISR replication is not throttled: acks=all writes go on meanwhile."""
-    cluster = make_cluster(NODES, FAST)
+    cluster = make_cluster(NODES, MANUAL)
     topic = "throttled"
     setup_on_first_three(cluster, topic, 1)
     p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20, "log_level": 0})
