@@ -77,6 +77,8 @@ impl IntoResponse for HttpError {
 
 pub type ApiResult<T> = Result<T, HttpError>;
 
+pub use quorum::view as quorum_view;
+
 /// Sends a write to the controller and waits until this node has applied it.
 pub async fn controller_write(ctx: &NodeContext, request: ControllerRequest) -> Result<(), ApiError> {
     match ctx.client.send(request, WRITE_TIMEOUT).await? {

@@ -51,7 +51,7 @@ fn local_view(ctx: &NodeContext) -> Value {
 }
 
 /// The leader's view when it answers within a second, else this node's.
-async fn view(ctx: &NodeContext) -> Value {
+pub async fn view(ctx: &NodeContext) -> Value {
     if ctx.quorum.is_leader() {
         return local_view(ctx);
     }

@@ -45,6 +45,8 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::DescribeQuorum, 0, 1),
+    (ApiKey::UnregisterBroker, 0, 0),
 ];
 
 pub fn supported(api: ApiKey) -> Option<VersionRange> {
@@ -142,6 +144,8 @@ async fn handle(
         RequestKind::AlterPartitionReassignments(r) => {
             ResponseKind::AlterPartitionReassignments(handlers::reassignments::alter(ctx, r, version).await)
         }
+        RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(handlers::quorum::describe(ctx, r).await),
+        RequestKind::UnregisterBroker(r) => ResponseKind::UnregisterBroker(handlers::quorum::unregister(ctx, r).await),
         RequestKind::ListPartitionReassignments(r) => {
             ResponseKind::ListPartitionReassignments(handlers::reassignments::list(ctx, r))
         }

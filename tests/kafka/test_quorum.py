@@ -161,3 +161,55 @@ def test_the_last_voter_stays_and_the_cli_shows_the_quorum(make_cluster):
     out = subprocess.run([strom_bin(), "quorum", "remove-voter", "1", *admin], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 1 and "INVALID_QUORUM_CHANGE" in out.stderr, out
+
+
+def describe_quorum(addr):
+    """DescribeQuorum v0 (flexible) of __cluster_metadata-0: (leader, epoch, high watermark,
+    voter ids, observer ids)."""
+    import wire
+
+    body = wire.carray([wire.cstring("__cluster_metadata") + wire.carray([wire.i32(0) + wire.NO_TAGS])
+                        + wire.NO_TAGS]) + wire.NO_TAGS
+    r = wire.roundtrip(addr, 55, 0, body, flexible=True)
+    assert r.i16() == 0
+    assert r.carray_len() == 1 and r.cstring() == "__cluster_metadata"
+    assert r.carray_len() == 1
+    assert r.i32() == 0 and r.i16() == 0
+    leader, epoch, hw = r.i32(), r.i32(), r.i64()
+    members = []
+    for _ in range(2):
+        ids = []
+        for _ in range(r.carray_len()):
+            ids.append(r.i32())
+            r.i64()  # log end offset
+            r.skip_tags()
+        members.append(sorted(ids))
+    return leader, epoch, hw, members[0], members[1]
+
+
+def test_kafka_describe_quorum_and_unregister_broker_by_hand(make_cluster):
+    import wire
+
+    cluster = make_cluster(4, FAST)
+    leader, epoch, hw, voters_, observers = describe_quorum(cluster.node(4).kafka_addr)
+    assert (voters_, observers) == ([1, 2, 3], [4])
+    assert leader in (1, 2, 3) and epoch >= 1 and hw > 0
+    # UnregisterBroker v0 (flexible): a live broker with replicas is refused, a dead empty one goes.
+    cluster.create_topic("held", partitions=1, rf=3)
+    cluster.wait_topic("held", 1)
+    holder = cluster.topic("held")["partitions"][0]["replicas"][0]
+
+    def unregister(broker_id):
+        r = wire.roundtrip(cluster.node(holder).kafka_addr, 64, 0, wire.i32(broker_id) + wire.NO_TAGS, flexible=True)
+        r.i32()  # throttle
+        return r.i16(), r.cstring()
+
+    code, message = unregister(holder)
+    assert code == 42 and "replicas" in message, (code, message)  # BROKER_NOT_EMPTY, as INVALID_REQUEST
+    assert unregister(9)[0] == 102  # BROKER_ID_NOT_REGISTERED
+    empty = next(b for b in (1, 2, 3, 4) if b not in cluster.topic("held")["partitions"][0]["replicas"])
+    cluster.kill(empty)
+    wait_for(f"broker {empty} fenced", 30, lambda: any(
+        b["id"] == empty and b["state"] == "fenced" for b in cluster.cluster_view(holder)["brokers"]))
+    assert unregister(empty) == (0, None)
+    assert empty not in [b["id"] for b in cluster.get(holder, "/v1/brokers")[1]]

@@ -86,19 +86,18 @@ mod tests {
     use super::super::testing::*;
     use super::super::*;
 
+    /// A commit of `offset` stored at `record_offset` in `__consumer_offsets`.
+    fn committed(offset: i64, record_offset: i64) -> Committed {
+        Committed { offset, leader_epoch: -1, metadata: String::new(), commit_timestamp: 0, record_offset }
+    }
+
     #[test]
     fn commits_are_checked_and_older_records_never_win() {
         let now = Instant::now();
         let mut g = Group::new("g", 0);
         let simple = CommitAuth { member_id: "", instance_id: None, generation: -1 };
         assert_eq!(g.check_commit(&simple, now), Ok(()), "offsets-only use of an empty group");
-        let c = |offset, record_offset| Committed {
-            offset,
-            leader_epoch: -1,
-            metadata: String::new(),
-            commit_timestamp: 0,
-            record_offset,
-        };
+        let c = committed;
         g.apply_offset("t", 0, c(10, 5));
         g.apply_offset("t", 0, c(7, 4));
         assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 10);
@@ -111,13 +110,7 @@ mod tests {
     #[test]
     fn a_tombstone_removes_only_older_commits() {
         let mut g = Group::new("g", 0);
-        let c = |offset, record_offset| Committed {
-            offset,
-            leader_epoch: -1,
-            metadata: String::new(),
-            commit_timestamp: 0,
-            record_offset,
-        };
+        let c = committed;
         g.apply_offset("t", 0, c(10, 5));
         g.remove_offset("t", 0, 4);
         assert_eq!(g.offsets[&("t".to_string(), 0)].offset, 10, "a commit appended after the tombstone stays");

@@ -8,6 +8,7 @@ pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod quorum;
 pub mod reassignments;
 pub mod topics;
 
