@@ -39,8 +39,10 @@ def test_a_joining_broker_gets_its_share_and_the_balancer_then_stays_quiet(make_
     def balanced():
         c = counts(cluster)
         running = cluster.get(1, "/v1/reassignments", timeout=5)[1]
-        return len(c) == 4 and max(c.values()) - min(c.values()) <= 1 and not running
-    wait_for("replica counts within one of each other", 90, balanced, interval=0.2)
+        # Replicas first, then preferred leaders: done when the plan is empty too.
+        planned = cluster.get(1, "/v1/balancer", timeout=5)[1]["moves"]
+        return len(c) == 4 and max(c.values()) - min(c.values()) <= 1 and not running and not planned
+    wait_for("replica and leader counts within one of each other", 90, balanced, interval=0.2)
     assert counts(cluster)[4] == 9, counts(cluster)
 
     # Quiet once balanced: no partition changes over several balancer intervals (1 s each).
