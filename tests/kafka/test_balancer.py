@@ -9,8 +9,8 @@ import confluent_kafka as ck
 from harness import FAST, strom_bin, wait_for
 
 
-def counts(cluster):
-    brokers = cluster.get(1, "/v1/brokers", timeout=5)[1]
+def counts(cluster, via=1):
+    brokers = cluster.get(via, "/v1/brokers", timeout=5)[1]
     return {b["id"]: b["replicas"] for b in brokers if b["state"] == "active"}
 
 
@@ -37,12 +37,17 @@ def test_a_joining_broker_gets_its_share_and_the_balancer_then_stays_quiet(make_
     cluster.wait_active(timeout=60)
 
     def balanced():
-        c = counts(cluster)
-        running = cluster.get(1, "/v1/reassignments", timeout=5)[1]
+        # Asked of the controller, whose image is never behind its own decisions.
+        via = cluster.cluster_view(1)["controller_id"]
+        c = counts(cluster, via)
+        running = cluster.get(via, "/v1/reassignments", timeout=5)[1]
         # Replicas first, then preferred leaders: done when the plan is empty too.
-        planned = cluster.get(1, "/v1/balancer", timeout=5)[1]["moves"]
+        planned = cluster.get(via, "/v1/balancer", timeout=5)[1]["moves"]
         return len(c) == 4 and max(c.values()) - min(c.values()) <= 1 and not running and not planned
     wait_for("replica and leader counts within one of each other", 90, balanced, interval=0.2)
+    # Still so after a balancer interval: nothing was in flight.
+    time.sleep(1.2)
+    assert balanced(), counts(cluster)
     assert counts(cluster)[4] == 9, counts(cluster)
 
     # Quiet once balanced: no partition changes over several balancer intervals (1 s each).
