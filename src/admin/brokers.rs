@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::cluster::broker_json;
 use super::{controller_write, ApiResult, Ctx};
+use crate::controller::drain;
 use crate::controller::protocol::ControllerRequest;
 use crate::error::{ApiError, ErrorCode};
 use crate::node::NodeContext;
@@ -20,10 +21,7 @@ fn parse_id(id: &str) -> Result<i32, ApiError> {
 
 fn broker_now(ctx: &NodeContext, id: i32) -> ApiResult<Json<Value>> {
     let image = ctx.quorum.image();
-    let b = image
-        .brokers
-        .get(&id)
-        .ok_or_else(|| ApiError::new(ErrorCode::BrokerIdNotRegistered, format!("broker {id} is not registered")))?;
+    let b = drain::require_registered(&image, id)?;
     Ok(Json(broker_json(ctx, &image, b)))
 }
 

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use strom_raft::{MetadataImage, MetadataRecord};
+use strom_raft::{BrokerRegistration, MetadataImage, MetadataRecord};
 
 use super::reassignment;
 use crate::error::{ApiError, ErrorCode};
@@ -41,12 +41,18 @@ fn hosts(image: &MetadataImage) -> Vec<i32> {
     image.brokers.values().filter(|b| b.is_active() && !b.decommissioning).map(|b| b.broker_id).collect()
 }
 
+/// `broker`'s registration, or BROKER_ID_NOT_REGISTERED.
+pub fn require_registered(image: &MetadataImage, broker: i32) -> Result<&BrokerRegistration, ApiError> {
+    image
+        .brokers
+        .get(&broker)
+        .ok_or_else(|| ApiError::new(ErrorCode::BrokerIdNotRegistered, format!("broker {broker} is not registered")))
+}
+
 /// Checks that `broker` can be drained: it is registered, and the brokers
 /// left can hold the replication factor of each of its partitions.
 pub fn check_decommission(image: &MetadataImage, broker: i32) -> Result<(), ApiError> {
-    if !image.brokers.contains_key(&broker) {
-        return Err(ApiError::new(ErrorCode::BrokerIdNotRegistered, format!("broker {broker} is not registered")));
-    }
+    require_registered(image, broker)?;
     let left = hosts(image).into_iter().filter(|b| *b != broker).count();
     let needed = image
         .topics
@@ -131,10 +137,7 @@ pub fn finished_drains(image: &MetadataImage) -> Vec<MetadataRecord> {
 /// Checks that `broker` may be unregistered: it holds no replica, and it is
 /// fenced (dead) or drained.
 pub fn check_unregister(image: &MetadataImage, broker: i32) -> Result<(), ApiError> {
-    let b = image
-        .brokers
-        .get(&broker)
-        .ok_or_else(|| ApiError::new(ErrorCode::BrokerIdNotRegistered, format!("broker {broker} is not registered")))?;
+    let b = require_registered(image, broker)?;
     let held = replica_counts(image).get(&broker).copied().unwrap_or(0);
     if held > 0 {
         return Err(ApiError::new(

@@ -161,11 +161,7 @@ impl Controller {
         if records.is_empty() {
             return Ok(0);
         }
-        quorum.propose(records, PROPOSE_TIMEOUT).await.map_err(|e| match e {
-            ProposeError::NotLeader { .. } => ApiError::new(ErrorCode::NotController, e.to_string()),
-            ProposeError::Timeout(_) => ApiError::new(ErrorCode::RequestTimedOut, e.to_string()),
-            ProposeError::Fatal(_) => ApiError::new(ErrorCode::UnknownServerError, e.to_string()),
-        })
+        quorum.propose(records, PROPOSE_TIMEOUT).await.map_err(propose_error)
     }
 
     /// The broker default, a dynamic broker config over the static setting.
@@ -282,11 +278,7 @@ impl Controller {
         let alive = |id: u64| id == me || i32::try_from(id).is_ok_and(|b| image.is_active(b));
         let next =
             if add { voters::add_voter(&view, node_id, alive)? } else { voters::remove_voter(&view, node_id, alive)? };
-        quorum.set_voters(next, PROPOSE_TIMEOUT * 3).await.map_err(|e| match e {
-            ProposeError::NotLeader { .. } => ApiError::new(ErrorCode::NotController, e.to_string()),
-            ProposeError::Timeout(_) => ApiError::new(ErrorCode::RequestTimedOut, e.to_string()),
-            ProposeError::Fatal(_) => ApiError::new(ErrorCode::UnknownServerError, e.to_string()),
-        })
+        quorum.set_voters(next, PROPOSE_TIMEOUT * 3).await.map_err(propose_error)
     }
 
     async fn allocate_producer_ids(&self, quorum: &Quorum, broker_id: i32) -> ControllerResponse {
@@ -330,12 +322,7 @@ impl Controller {
                 vec![reassignment::cancel(&image, topic, *partition)?]
             }
             ControllerRequest::SetMaintenance { broker_id, on } => {
-                if !image.brokers.contains_key(broker_id) {
-                    return Err(ApiError::new(
-                        ErrorCode::BrokerIdNotRegistered,
-                        format!("broker {broker_id} is not registered"),
-                    ));
-                }
+                drain::require_registered(&image, *broker_id)?;
                 with_leaderships_moved(&image, MetadataRecord::BrokerMaintenance { broker_id: *broker_id, on: *on })
             }
             ControllerRequest::Decommission { broker_id, on: true } => {
@@ -343,12 +330,7 @@ impl Controller {
                 with_leaderships_moved(&image, MetadataRecord::BrokerDecommission { broker_id: *broker_id, on: true })
             }
             ControllerRequest::Decommission { broker_id, on: false } => {
-                if !image.brokers.contains_key(broker_id) {
-                    return Err(ApiError::new(
-                        ErrorCode::BrokerIdNotRegistered,
-                        format!("broker {broker_id} is not registered"),
-                    ));
-                }
+                drain::require_registered(&image, *broker_id)?;
                 vec![MetadataRecord::BrokerDecommission { broker_id: *broker_id, on: false }]
             }
             ControllerRequest::Unregister { broker_id } => {
@@ -606,6 +588,16 @@ impl Controller {
             Err(e) => tracing::warn!(error = %e, "preferred leader election failed"),
         }
     }
+}
+
+/// A proposal (or voter change) that was not committed, as a client sees it.
+fn propose_error(e: ProposeError) -> ApiError {
+    let code = match e {
+        ProposeError::NotLeader { .. } => ErrorCode::NotController,
+        ProposeError::Timeout(_) => ErrorCode::RequestTimedOut,
+        ProposeError::Fatal(_) => ErrorCode::UnknownServerError,
+    };
+    ApiError::new(code, e.to_string())
 }
 
 /// `record`, then the leadership moves it calls for: a broker entering

@@ -117,15 +117,7 @@ pub fn cancel(image: &MetadataImage, topic: &str, partition: i32) -> Result<Meta
     let leader = next_leader(image, p, &replicas, &isr).filter(|_| !isr.is_empty()).ok_or_else(|| {
         ApiError::new(ErrorCode::EligibleLeadersNotAvailable, "no original replica is in sync to lead")
     })?;
-    Ok(MetadataRecord::PartitionReassignment {
-        topic_id: t.topic_id,
-        partition,
-        replicas,
-        adding: vec![],
-        removing: vec![],
-        isr,
-        leader,
-    })
+    Ok(settled(t, partition, replicas, isr, leader))
 }
 
 /// The completion record of one partition's reassignment, if every target
@@ -145,15 +137,20 @@ pub fn completion(
     }
     let isr: Vec<i32> = p.isr.iter().copied().filter(|b| target.contains(b)).collect();
     let leader = next_leader(image, p, &target, &isr)?;
-    Some(MetadataRecord::PartitionReassignment {
+    Some(settled(t, partition, target, isr, leader))
+}
+
+/// The record that ends a move (completed or cancelled) on `replicas`.
+fn settled(t: &TopicImage, partition: i32, replicas: Vec<i32>, isr: Vec<i32>, leader: LeaderChange) -> MetadataRecord {
+    MetadataRecord::PartitionReassignment {
         topic_id: t.topic_id,
         partition,
-        replicas: target,
+        replicas,
         adding: vec![],
         removing: vec![],
         isr,
         leader,
-    })
+    }
 }
 
 /// Completion records of every reassignment that can complete now.
