@@ -5,7 +5,7 @@
 //! Readiness (`/ready`) is derived from the applied image: this broker is
 //! registered with its current incarnation and unfenced.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +14,10 @@ use tokio::sync::watch;
 
 use crate::controller::client::ControllerClient;
 use crate::controller::protocol::{ControllerRequest, ControllerResponse};
+use crate::replication::manager::ReplicaManager;
 
+/// How often a heartbeat carries the sizes of the partitions this broker leads.
+const SIZES_EVERY: Duration = Duration::from_secs(5);
 /// Bound on one registration or heartbeat round trip.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bound on a controlled shutdown before the process exits anyway.
@@ -26,31 +29,46 @@ pub struct BrokerLifecycle {
     kafka: String,
     admin: String,
     raft: String,
+    rack: Option<String>,
     heartbeat_interval: Duration,
     quorum: Arc<Quorum>,
     client: Arc<ControllerClient>,
+    replicas: Arc<ReplicaManager>,
     registered: AtomicBool,
+    heartbeats: AtomicU64,
+}
+
+/// What [`BrokerLifecycle`] registers and reports with.
+pub struct BrokerIdentity {
+    pub broker_id: i32,
+    pub kafka: String,
+    pub admin: String,
+    pub raft: String,
+    pub rack: Option<String>,
 }
 
 impl BrokerLifecycle {
     pub fn new(
-        broker_id: i32,
-        addrs: (String, String, String),
+        identity: BrokerIdentity,
         heartbeat_interval: Duration,
         quorum: Arc<Quorum>,
         client: Arc<ControllerClient>,
+        replicas: Arc<ReplicaManager>,
     ) -> Self {
-        let (kafka, admin, raft) = addrs;
+        let BrokerIdentity { broker_id, kafka, admin, raft, rack } = identity;
         Self {
             broker_id,
             incarnation_id: rand::random(),
             kafka,
             admin,
             raft,
+            rack,
             heartbeat_interval,
             quorum,
             client,
+            replicas,
             registered: AtomicBool::new(false),
+            heartbeats: AtomicU64::new(0),
         }
     }
 
@@ -88,6 +106,7 @@ impl BrokerLifecycle {
             kafka: self.kafka.clone(),
             admin: self.admin.clone(),
             raft: self.raft.clone(),
+            rack: self.rack.clone(),
         };
         match self.client.send(request, CALL_TIMEOUT).await {
             Ok(ControllerResponse::Done { .. }) => {
@@ -110,12 +129,28 @@ impl BrokerLifecycle {
             broker_id: self.broker_id,
             incarnation_id: self.incarnation_id,
             applied_index: self.quorum.applied_index(),
+            sizes: self.sizes_due(),
         };
         match self.client.send(request, CALL_TIMEOUT).await {
             Ok(ControllerResponse::UnknownBroker) => self.registered.store(false, Ordering::Release),
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
         }
+    }
+
+    /// Every [`SIZES_EVERY`] (the first heartbeat included): the bytes each
+    /// partition this broker leads holds; else nothing.
+    fn sizes_due(&self) -> Vec<(String, i32, u64)> {
+        let every = (SIZES_EVERY.as_millis() / self.heartbeat_interval.as_millis().max(1)).max(1) as u64;
+        if !self.heartbeats.fetch_add(1, Ordering::Relaxed).is_multiple_of(every) {
+            return Vec::new();
+        }
+        self.replicas
+            .all()
+            .iter()
+            .filter(|p| p.is_leader())
+            .map(|p| (p.topic.clone(), p.index, p.size_bytes()))
+            .collect()
     }
 
     /// Registers, then heartbeats until `shutdown` turns true.

@@ -21,7 +21,7 @@ use crate::controller::Controller;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::GroupCoordinator;
 use crate::kafka::producer_ids::ProducerIdAllocator;
-use crate::lifecycle::BrokerLifecycle;
+use crate::lifecycle::{BrokerIdentity, BrokerLifecycle};
 use crate::replication::fetcher::FetcherManager;
 use crate::replication::ReplicaManager;
 
@@ -185,12 +185,19 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let quorum = Arc::new(Quorum::start(quorum_config, Arc::new(ControllerRpc(controller.clone()))).await?);
     controller.attach(quorum.clone());
     let client = Arc::new(ControllerClient::new(quorum.clone(), controller.clone()));
-    let lifecycle = Arc::new(BrokerLifecycle::new(
+    let identity = BrokerIdentity {
         broker_id,
-        (config.advertised_kafka.clone(), config.admin.clone(), config.raft.clone()),
+        kafka: config.advertised_kafka.clone(),
+        admin: config.admin.clone(),
+        raft: config.raft.clone(),
+        rack: settings.get("broker.rack"),
+    };
+    let lifecycle = Arc::new(BrokerLifecycle::new(
+        identity,
         Duration::from_millis(settings.u64("broker.heartbeat.interval.ms")),
         quorum.clone(),
         client.clone(),
+        replicas.clone(),
     ));
     let metrics = Arc::new(Metrics::default());
     let ctx = Arc::new(NodeContext {

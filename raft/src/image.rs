@@ -21,6 +21,8 @@ pub struct BrokerRegistration {
     pub kafka: String,
     pub admin: String,
     pub raft: String,
+    /// `broker.rack`, when set.
+    pub rack: Option<String>,
     pub state: BrokerState,
     /// In maintenance: keeps its replicas but leads nothing.
     pub maintenance: bool,
@@ -196,7 +198,7 @@ impl MetadataImage {
                     self.cluster_id = Some(cluster_id.clone());
                 }
             }
-            MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft } => {
+            MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft, rack } => {
                 let previous = self.brokers.get(broker_id).cloned();
                 self.brokers.insert(
                     *broker_id,
@@ -206,6 +208,7 @@ impl MetadataImage {
                         kafka: kafka.clone(),
                         admin: admin.clone(),
                         raft: raft.clone(),
+                        rack: rack.clone(),
                         state: BrokerState::Fenced,
                         // A restart keeps the operator's intent.
                         maintenance: previous.as_ref().is_some_and(|b| b.maintenance),
@@ -354,6 +357,7 @@ mod tests {
             kafka: format!("127.0.0.1:{}", 9091 + id),
             admin: String::new(),
             raft: String::new(),
+            rack: None,
         }
     }
 

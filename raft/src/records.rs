@@ -77,6 +77,8 @@ pub enum MetadataRecord {
         kafka: String,
         admin: String,
         raft: String,
+        /// `broker.rack`: replicas of one partition go to different racks.
+        rack: Option<String>,
     },
     /// Fenced, unfenced or shutting down.
     BrokerRegistrationChange {

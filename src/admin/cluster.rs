@@ -46,7 +46,7 @@ pub(super) fn broker_json(ctx: &NodeContext, image: &MetadataImage, b: &BrokerRe
         "admin": b.admin,
         "state": b.state.as_str(),
         "is_controller": ctx.quorum.leader() == Some(b.broker_id as u64),
-        "rack": null,
+        "rack": b.rack,
         "replicas": replicas,
         "leaders": leaders,
         "maintenance": b.maintenance,

@@ -87,7 +87,7 @@ pub fn spec() -> Value {
                 "delete": op("Cancel the running move: the original replicas return", &[("200", "partition"), ("400", "invalid"), ("404", "unknown"), ("409", "NO_REASSIGNMENT_IN_PROGRESS or ELIGIBLE_LEADERS_NOT_AVAILABLE"), ("503", "no controller")]),
             },
             "/v1/reassignments": {"get": op("Running reassignments, with the bytes left to copy", &[("200", "reassignments")])},
-            "/v1/balancer": {"get": op("The balancer: mode, the moves it would start next, when it last ran on the controller (null elsewhere), replica and leader counts per broker", &[("200", "balancer")])},
+            "/v1/balancer": {"get": op("The balancer: mode, the moves it would start next, when it last ran and how many moves it started on the controller (null elsewhere), replica and leader counts per broker, and bytes per broker from the partition sizes leaders report (on the controller; null elsewhere)", &[("200", "balancer")])},
             "/v1/quorum": {"get": op("The metadata quorum: leader, term, voters and observers with their match index and lag (as the leader reports them; null when it does not answer)", &[("200", "quorum")])},
             "/v1/quorum/voters": {
                 "post": with_body(op("Promote a caught-up observer to voter (KIP-853)", &[("200", "quorum"), ("400", "invalid"), ("404", "VOTER_NOT_FOUND: not an observer"), ("409", "DUPLICATE_VOTER, or INVALID_QUORUM_CHANGE: not caught up, or no live majority"), ("503", "no controller")]), "AddVoter"),

@@ -132,6 +132,7 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "bytes/s a replica a reassignment adds fetches (Long.MAX: unlimited)",
     )
     .dynamic(),
+    def("broker.rack", None, Kind::Custom(rack), "this broker's rack: replicas of a partition go to different racks"),
     def(
         "balancer.mode",
         Some("continuous"),
@@ -235,6 +236,14 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
 ];
 
 /// Kafka's gzip level: -1 (the codec's default) or 1 to 9.
+/// `broker.rack`: what Kafka takes, a non-empty name of printable characters.
+pub fn rack(value: &str) -> Result<String, String> {
+    if value.is_empty() || value.len() > 255 || value.chars().any(|c| c.is_control()) {
+        return Err("a rack is 1 to 255 printable characters".into());
+    }
+    Ok(value.to_string())
+}
+
 pub fn gzip_level(value: &str) -> Result<String, String> {
     match value.parse::<i64>() {
         Ok(n) if n == -1 || (1..=9).contains(&n) => Ok(n.to_string()),

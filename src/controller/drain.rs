@@ -4,7 +4,8 @@
 //! `balancer.node.unavailable.timeout.ms` on live brokers.
 //!
 //! Both replace the broker in each partition's replicas by the live broker
-//! holding the fewest replicas (lowest id on a tie) and run that as a
+//! holding the fewest replicas (lowest id on a tie), in a rack none of the
+//! partition's other replicas is in when there is one and run that as a
 //! reassignment ([`super::reassignment`]), at most
 //! `balancer.max.concurrent.moves` at once. Leaderships leave a drained
 //! broker first. A drained broker that holds nothing is unregistered.
@@ -13,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use strom_raft::{BrokerRegistration, MetadataImage, MetadataRecord};
 
+use super::placement::Racks;
 use super::reassignment;
 use crate::error::{ApiError, ErrorCode};
 
@@ -80,6 +82,7 @@ pub fn moves_off(image: &MetadataImage, brokers: &BTreeSet<i32>, max_moves: usiz
     let mut budget = max_moves.saturating_sub(running);
     let mut counts = replica_counts(image);
     let hosts: Vec<i32> = hosts(image).into_iter().filter(|b| !brokers.contains(b)).collect();
+    let racks = Racks::of_image(image);
     let mut records = Vec::new();
     for topic in image.topics.values() {
         for (&partition, p) in &topic.partitions {
@@ -96,11 +99,14 @@ pub fn moves_off(image: &MetadataImage, brokers: &BTreeSet<i32>, max_moves: usiz
                 if !brokers.contains(&target[i]) {
                     continue;
                 }
+                // A rack none of the other replicas is in, when there is one.
+                let others: Vec<String> =
+                    target.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, r)| racks.of(*r)).collect();
                 let pick = hosts
                     .iter()
                     .copied()
                     .filter(|h| !target.contains(h))
-                    .min_by_key(|h| (counts.get(h).copied().unwrap_or(0), *h));
+                    .min_by_key(|h| (others.contains(&racks.of(*h)), counts.get(h).copied().unwrap_or(0), *h));
                 match pick {
                     Some(h) => {
                         *counts.entry(h).or_default() += 1;
@@ -232,6 +238,30 @@ mod tests {
             assert!(p.leader.is_some_and(|l| l != 1));
         }
         assert_eq!((counts[&2], counts[&3], counts[&4]), (4, 4, 4), "spread evenly");
+    }
+
+    #[test]
+    fn a_replica_leaving_goes_to_a_rack_the_partition_is_not_in() {
+        // Racks a: 1, 2; b: 3, 4; c: 5. Broker 5 holds the fewest replicas,
+        // but a replica of rack b must stay in rack b.
+        let racks = [(1, Some("a")), (2, Some("a")), (3, Some("b")), (4, Some("b")), (5, Some("c"))];
+        let mut img = crate::controller::test_support::image_with_racks(&racks, &[1, 2, 3, 4, 5]);
+        apply(&mut img, &[MetadataRecord::Topic { name: "t".into(), topic_id: TopicId(3) }]);
+        for (i, replicas) in [vec![1, 3, 5], vec![2, 4, 1]].iter().enumerate() {
+            apply(
+                &mut img,
+                &[MetadataRecord::Partition {
+                    topic_id: TopicId(3),
+                    partition: i as i32,
+                    replicas: replicas.clone(),
+                    isr: replicas.clone(),
+                    leader: replicas.first().copied(),
+                }],
+            );
+        }
+        let moves = moves_off(&img, &BTreeSet::from([3]), 4);
+        apply(&mut img, &moves);
+        assert_eq!(img.topics["t"].partitions[&0].target_replicas(), vec![1, 4, 5], "3's rack b goes to 4");
     }
 
     #[test]

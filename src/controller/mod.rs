@@ -57,6 +57,18 @@ pub struct Controller {
     unavailable_since: Mutex<HashMap<i32, Instant>>,
     /// When the balancer last ran here (wall clock, ms), for the admin API.
     last_balance_ms: std::sync::atomic::AtomicI64,
+    /// Moves the balancer started since this node last became controller.
+    moves_started: std::sync::atomic::AtomicU64,
+    /// Partition sizes the leaders last reported, for the balancer.
+    sizes: Mutex<balancer::Sizes>,
+}
+
+/// Where a registering broker is reached, and its rack.
+struct BrokerAddrs {
+    kafka: String,
+    admin: String,
+    raft: String,
+    rack: Option<String>,
 }
 
 impl Controller {
@@ -72,6 +84,8 @@ impl Controller {
             last_rebalance: Mutex::new(Instant::now()),
             unavailable_since: Mutex::new(HashMap::new()),
             last_balance_ms: std::sync::atomic::AtomicI64::new(-1),
+            moves_started: std::sync::atomic::AtomicU64::new(0),
+            sizes: Mutex::new(balancer::Sizes::new()),
         }
     }
 
@@ -113,11 +127,16 @@ impl Controller {
             return self.not_controller();
         }
         let result = match request {
-            ControllerRequest::Heartbeat { broker_id, incarnation_id, applied_index } => {
+            ControllerRequest::Heartbeat { broker_id, incarnation_id, applied_index, sizes } => {
+                if !sizes.is_empty() {
+                    let mut known = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
+                    known.extend(sizes.into_iter().map(|(t, p, bytes)| ((t, p), bytes)));
+                }
                 return self.heartbeat(&quorum, broker_id, incarnation_id, applied_index).await;
             }
-            ControllerRequest::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft } => {
-                self.register(&quorum, broker_id, incarnation_id, kafka, admin, raft).await
+            ControllerRequest::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft, rack } => {
+                let addrs = BrokerAddrs { kafka, admin, raft, rack };
+                self.register(&quorum, broker_id, incarnation_id, addrs).await
             }
             ControllerRequest::ControlledShutdown { broker_id, incarnation_id } => {
                 self.controlled_shutdown(&quorum, broker_id, incarnation_id).await
@@ -213,10 +232,9 @@ impl Controller {
         quorum: &Quorum,
         broker_id: i32,
         incarnation_id: u64,
-        kafka: String,
-        admin: String,
-        raft: String,
+        addrs: BrokerAddrs,
     ) -> Result<u64, ApiError> {
+        let BrokerAddrs { kafka, admin, raft, rack } = addrs;
         let _guard = self.write_lock.lock().await;
         let node_id =
             u64::try_from(broker_id).map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "bad broker id"))?;
@@ -237,7 +255,7 @@ impl Controller {
             self.liveness().heartbeat(broker_id, Instant::now());
             return Ok(0);
         }
-        let mut records = vec![MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft }];
+        let mut records = vec![MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft, rack }];
         if image.brokers.contains_key(&broker_id) {
             // A restarted broker lost its in-memory state: nothing stays led by it.
             records.extend(election::elections_without(&image, broker_id, self.unclean_default(&image)));
@@ -413,6 +431,7 @@ impl Controller {
         let heartbeat = Duration::from_millis(self.settings.u64("broker.heartbeat.interval.ms"));
         let grace = (heartbeat * 3).max(Duration::from_secs(1));
         self.liveness().reset(&quorum.image(), Instant::now(), grace);
+        self.moves_started.store(0, Ordering::Release);
         self.active.store(true, Ordering::Release);
         tracing::info!(broker_id = self.broker_id, term = quorum.metrics().current_term, "elected controller");
     }
@@ -499,6 +518,18 @@ impl Controller {
         self.last_balance_ms.load(Ordering::Acquire)
     }
 
+    /// Moves the balancer started since this node last became controller.
+    pub fn moves_started(&self) -> u64 {
+        self.moves_started.load(Ordering::Acquire)
+    }
+
+    /// The partition sizes leaders reported, of partitions the image still has.
+    pub fn sizes(&self, image: &MetadataImage) -> balancer::Sizes {
+        let mut sizes = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
+        sizes.retain(|(t, p), _| image.topics.get(t).is_some_and(|t| t.partitions.contains_key(p)));
+        sizes.clone()
+    }
+
     /// Runs the balancer's plan (`balancer.mode`) every [`BALANCE_EVERY`]:
     /// its replica moves as reassignments, its leader moves as a new replica
     /// order and an election of the new preferred leader.
@@ -511,19 +542,22 @@ impl Controller {
         }
         self.last_balance_ms.store(now_ms, Ordering::Release);
         let max_moves = self.settings.u64("balancer.max.concurrent.moves").max(1) as usize;
-        if balancer::plan(&quorum.image(), mode, max_moves).is_empty() {
+        let sizes = self.sizes(&quorum.image());
+        if balancer::plan(&quorum.image(), &sizes, mode, max_moves).is_empty() {
             return;
         }
         let _guard = self.write_lock.lock().await;
         let mut image = (*quorum.image()).clone();
-        let moves = balancer::plan(&image, mode, max_moves);
+        let moves = balancer::plan(&image, &sizes, mode, max_moves);
         let mut records = Vec::new();
+        let mut started = 0;
         for m in &moves {
             let Ok(Some(record)) = reassignment::reassign(&image, &m.topic, m.partition, &m.to) else { continue };
             if image.apply(&record).is_err() {
                 continue;
             }
             records.push(record);
+            started += 1;
             let Some(t) = image.topics.get(&m.topic) else { continue };
             let Some(p) = t.partitions.get(&m.partition) else { continue };
             let preferred = m.to.first().copied();
@@ -541,7 +575,10 @@ impl Controller {
             return;
         }
         match self.propose(quorum, records).await {
-            Ok(index) => tracing::info!(moves = moves.len(), index, "balancer moves started"),
+            Ok(index) => {
+                self.moves_started.fetch_add(started, Ordering::AcqRel);
+                tracing::info!(moves = started, index, "balancer moves started");
+            }
             Err(e) => tracing::warn!(error = %e, "balancer moves failed"),
         }
     }

@@ -23,11 +23,15 @@ pub enum ControllerRequest {
         kafka: String,
         admin: String,
         raft: String,
+        rack: Option<String>,
     },
     Heartbeat {
         broker_id: i32,
         incarnation_id: u64,
         applied_index: u64,
+        /// Bytes held by the partitions this broker leads (topic, partition,
+        /// bytes), for the balancer; sent every few heartbeats, else empty.
+        sizes: Vec<(String, i32, u64)>,
     },
     ControlledShutdown {
         broker_id: i32,

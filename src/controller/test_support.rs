@@ -4,14 +4,21 @@ use strom_raft::{BrokerState, MetadataImage, MetadataRecord};
 
 /// An image with brokers `registered` registered (fenced) and `active` of them unfenced.
 pub fn image_with_brokers(registered: impl IntoIterator<Item = i32>, active: &[i32]) -> MetadataImage {
+    let racked: Vec<(i32, Option<&str>)> = registered.into_iter().map(|b| (b, None)).collect();
+    image_with_racks(&racked, active)
+}
+
+/// As [`image_with_brokers`], each broker with its `broker.rack`.
+pub fn image_with_racks(registered: &[(i32, Option<&str>)], active: &[i32]) -> MetadataImage {
     let mut img = MetadataImage::default();
-    for b in registered {
+    for &(b, rack) in registered {
         img.apply(&MetadataRecord::RegisterBroker {
             broker_id: b,
             incarnation_id: 1,
             kafka: String::new(),
             admin: String::new(),
             raft: String::new(),
+            rack: rack.map(str::to_string),
         })
         .expect("register");
         if active.contains(&b) {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use strom_raft::{ConfigResource, MetadataImage, MetadataRecord, TopicId};
 
-use super::placement::place_replicas;
+use super::placement::{place_replicas, Racks};
 use crate::config::{topic_def, validate};
 use crate::error::{ApiError, ErrorCode};
 
@@ -82,7 +82,14 @@ pub fn create_topic(
     let configs = validate_configs(configs)?;
     let topic_id = random.topic_id;
     let mut records = vec![MetadataRecord::Topic { name: name.to_string(), topic_id }];
-    let placed = place_replicas(&brokers, 0, partitions as i32, replication_factor as usize, random.placement_start);
+    let placed = place_replicas(
+        &brokers,
+        &Racks::of_image(image),
+        0,
+        partitions as i32,
+        replication_factor as usize,
+        random.placement_start,
+    );
     records.extend(placed.into_iter().enumerate().map(|(p, replicas)| MetadataRecord::Partition {
         topic_id,
         partition: p as i32,
@@ -132,7 +139,14 @@ pub fn create_partitions(
             format!("the topic's replication factor {rf} is more than the {} active broker(s)", brokers.len()),
         ));
     }
-    let placed = place_replicas(&brokers, current as i32, (count - current) as i32, rf, placement_start);
+    let placed = place_replicas(
+        &brokers,
+        &Racks::of_image(image),
+        current as i32,
+        (count - current) as i32,
+        rf,
+        placement_start,
+    );
     Ok(placed
         .into_iter()
         .enumerate()

@@ -368,6 +368,11 @@ impl Partition {
         self.state().is_leader
     }
 
+    /// Bytes of this replica's log.
+    pub fn size_bytes(&self) -> u64 {
+        self.state().log.size_bytes()
+    }
+
     pub fn leader_epoch(&self) -> i32 {
         self.state().leader_epoch
     }

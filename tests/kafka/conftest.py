@@ -25,8 +25,8 @@ import harness  # noqa: E402
 _CLUSTERS_OF_ITEM = {}
 
 
-def _start(tmp_path_factory, n, settings=(), voters=None):
-    return harness.start(tmp_path_factory.mktemp("strom"), n, settings, voters)
+def _start(tmp_path_factory, n, settings=(), voters=None, node_settings=None):
+    return harness.start(tmp_path_factory.mktemp("strom"), n, settings, voters, node_settings=node_settings)
 
 
 @pytest.fixture
@@ -34,8 +34,9 @@ def make_cluster(tmp_path_factory, request):
     started = []
     _CLUSTERS_OF_ITEM.setdefault(request.node.nodeid, []).append(started)
 
-    def make(n=1, settings=(), voters=None):
-        c = _start(tmp_path_factory, n, settings, voters)
+    def make(n=1, settings=(), voters=None, node_settings=None):
+        """node_settings: {node id: ("key=value", ...)} on top of settings."""
+        c = _start(tmp_path_factory, n, settings, voters, node_settings)
         started.append(c)
         return c
 

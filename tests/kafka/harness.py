@@ -127,7 +127,7 @@ class Node:
 class Cluster:
     """n nodes, the first `voters` of them quorum voters, all started at once."""
 
-    def __init__(self, directory, n=1, voters=None, settings=(), binary=None, rust_log=None):
+    def __init__(self, directory, n=1, voters=None, settings=(), binary=None, rust_log=None, node_settings=None):
         self.dir = str(directory)
         self.rust_log = rust_log or os.environ.get("STROM_TEST_RUST_LOG", "info,openraft=off")
         self.binary = binary or strom_bin()
@@ -145,7 +145,7 @@ class Cluster:
             admin = f"127.0.0.1:{ports[3 * i + 1]}"
             argv = [self.binary, "serve", "--node-id", str(nid), "--data-dir", data_dir, "--kafka", kafka,
                     "--admin", admin, "--raft", raft[i], "--quorum", quorum]
-            for s in settings:
+            for s in tuple(settings) + tuple((node_settings or {}).get(nid, ())):
                 argv += ["--set", s]
             log = os.path.join(self.dir, f"node-{nid}.log")
             self.nodes[nid] = Node(nid, kafka, admin, raft[i], data_dir, log, argv)
@@ -301,11 +301,12 @@ class Cluster:
         return {p["partition"]: p["leader"] for p in t["partitions"]}
 
 
-def start(directory, n=1, settings=(), voters=None, timeout=60, binary=None, rust_log=None):
+def start(directory, n=1, settings=(), voters=None, timeout=60, binary=None, rust_log=None, node_settings=None):
     """A Cluster that is up: every node ready, one controller, n active brokers, and every
     Kafka listener answering ApiVersions. On failure everything is killed and the error
     carries the tail of each node's log."""
-    c = Cluster(directory, n=n, voters=voters, settings=tuple(settings), binary=binary, rust_log=rust_log)
+    c = Cluster(directory, n=n, voters=voters, settings=tuple(settings), binary=binary, rust_log=rust_log,
+                node_settings=node_settings)
     try:
         c.wait_ready(timeout=timeout)
     except BaseException as e:

@@ -23,6 +23,7 @@ pub fn describe(ctx: &NodeContext, request: DescribeClusterRequest, version: i16
                 .with_broker_id(BrokerId(b.broker_id))
                 .with_host(host)
                 .with_port(port)
+                .with_rack(b.rack.clone().map(str_bytes))
                 .with_is_fenced(version >= 1 && b.state == BrokerState::Fenced)
         })
         .collect();

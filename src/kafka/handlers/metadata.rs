@@ -114,7 +114,11 @@ pub async fn handle(ctx: &NodeContext, request: MetadataRequest, version: i16) -
         .filter(|b| b.state != BrokerState::Fenced)
         .map(|b| {
             let (host, port) = split_addr(&b.kafka);
-            MetadataResponseBroker::default().with_node_id(BrokerId(b.broker_id)).with_host(host).with_port(port)
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.broker_id))
+                .with_host(host)
+                .with_port(port)
+                .with_rack(if version >= 1 { b.rack.clone().map(str_bytes) } else { None })
         })
         .collect();
     if version >= 2 {
