@@ -58,6 +58,17 @@ def test_a_joining_broker_gets_its_share_and_the_balancer_then_stays_quiet(make_
         time.sleep(0.25)
     status, b = cluster.get(2, "/v1/balancer")
     assert status == 200 and b["mode"] == "continuous" and b["moves"] == [], b
+
+    # Leaders report their partitions' sizes to the controller (every 5 s), which
+    # weighs bytes too; every broker holds replicas of the data written, so bytes.
+    via = cluster.cluster_view(1)["controller_id"]
+
+    def reported():
+        b = cluster.get(via, "/v1/balancer", timeout=5)[1]
+        bytes_ = b["imbalance"]["bytes"]
+        return b if bytes_ and all(n > 0 for n in bytes_.values()) else None
+    b = wait_for("partition sizes reported to the controller", 20, reported, interval=0.5)
+    assert b["moves_started"] >= 9 and len(b["imbalance"]["bytes"]) == 4, b
     assert sorted(b["imbalance"]["replicas"]) == ["1", "2", "3", "4"], b
     out = subprocess.run([strom_bin(), "balancer", "status", "--admin-url", f"http://{cluster.node(1).admin}"],
                          capture_output=True, text=True, timeout=30)
