@@ -35,6 +35,7 @@ pub enum ErrorCode {
     BrokerIdNotRegistered,
     NotEnoughBrokers,
     BrokerNotEmpty,
+    InconsistentClusterId,
 }
 
 impl ErrorCode {
@@ -67,6 +68,7 @@ impl ErrorCode {
             ErrorCode::BrokerIdNotRegistered => "BROKER_ID_NOT_REGISTERED",
             ErrorCode::NotEnoughBrokers => "NOT_ENOUGH_BROKERS",
             ErrorCode::BrokerNotEmpty => "BROKER_NOT_EMPTY",
+            ErrorCode::InconsistentClusterId => "INCONSISTENT_CLUSTER_ID",
         }
     }
 
@@ -102,6 +104,7 @@ impl ErrorCode {
             // Kafka refuses a replication factor the brokers cannot hold so.
             ErrorCode::NotEnoughBrokers => 38,
             ErrorCode::BrokerNotEmpty => 42,
+            ErrorCode::InconsistentClusterId => 104,
         }
     }
 

@@ -47,6 +47,8 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::UnregisterBroker, 0, 0),
+    (ApiKey::AddRaftVoter, 0, 0),
+    (ApiKey::RemoveRaftVoter, 0, 0),
 ];
 
 pub fn supported(api: ApiKey) -> Option<VersionRange> {
@@ -146,6 +148,8 @@ async fn handle(
         }
         RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(handlers::quorum::describe(ctx, r).await),
         RequestKind::UnregisterBroker(r) => ResponseKind::UnregisterBroker(handlers::quorum::unregister(ctx, r).await),
+        RequestKind::AddRaftVoter(r) => ResponseKind::AddRaftVoter(handlers::quorum::add_voter(ctx, r).await),
+        RequestKind::RemoveRaftVoter(r) => ResponseKind::RemoveRaftVoter(handlers::quorum::remove_voter(ctx, r).await),
         RequestKind::ListPartitionReassignments(r) => {
             ResponseKind::ListPartitionReassignments(handlers::reassignments::list(ctx, r))
         }

@@ -213,3 +213,42 @@ def test_kafka_describe_quorum_and_unregister_broker_by_hand(make_cluster):
         b["id"] == empty and b["state"] == "fenced" for b in cluster.cluster_view(holder)["brokers"]))
     assert unregister(empty) == (0, None)
     assert empty not in [b["id"] for b in cluster.get(holder, "/v1/brokers")[1]]
+
+
+def test_kafka_add_and_remove_raft_voter_by_hand(make_cluster):
+    """AddRaftVoter and RemoveRaftVoter v0 (KIP-853), as kafka-metadata-quorum sends them."""
+    import struct
+
+    import wire
+
+    cluster = make_cluster(4, FAST)
+    addr = cluster.node(4).kafka_addr
+    cluster_id = cluster.cluster_view(1)["cluster_id"]
+    directory = b"\x01" * 16
+
+    def add(voter, cid=cluster_id):
+        listener = wire.cstring("CONTROLLER") + wire.cstring("127.0.0.1") + struct.pack(">H", 9093) + wire.NO_TAGS
+        body = (wire.cstring(cid) + wire.i32(30000) + wire.i32(voter) + directory + wire.carray([listener])
+                + wire.NO_TAGS)
+        r = wire.roundtrip(addr, 80, 0, body, flexible=True, timeout=40)
+        r.i32()  # throttle
+        return r.i16(), r.cstring()
+
+    def remove(voter, cid=cluster_id):
+        r = wire.roundtrip(addr, 81, 0, wire.cstring(cid) + wire.i32(voter) + directory + wire.NO_TAGS,
+                           flexible=True, timeout=40)
+        r.i32()
+        return r.i16(), r.cstring()
+
+    assert add(4, cid="another-cluster")[0] == 104  # INCONSISTENT_CLUSTER_ID
+    assert add(4) == (0, None)
+    assert describe_quorum(addr)[3] == [1, 2, 3, 4]
+    code, message = add(4)
+    assert code == 126 and "4" in message, (code, message)  # DUPLICATE_VOTER
+    assert remove(9)[0] == 128  # VOTER_NOT_FOUND
+    # A null cluster id is not checked, as in Kafka.
+    assert remove(4, cid=None) == (0, None)
+    _, _, _, voters_, observers = describe_quorum(addr)
+    assert (voters_, observers) == ([1, 2, 3], [4])
+    status, quorum = cluster.get(1, "/v1/quorum")
+    assert [v["id"] for v in quorum["voters"]] == [1, 2, 3], quorum
