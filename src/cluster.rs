@@ -3,7 +3,10 @@
 //! `DIR/cluster.json` atomically and prints the same table, then stays in the
 //! foreground. SIGINT/SIGTERM stops every node gracefully; a node that dies is
 //! reported, not restarted. Re-running on an existing DIR restarts the same
-//! nodes (the `argv` recorded in cluster.json) with their data.
+//! nodes (the `argv` recorded in cluster.json) with their data; with a larger
+//! `--nodes` it also starts the new nodes, which join the cluster as
+//! observers and brokers. Nodes still running (the cluster's first `strom
+//! cluster` still up) are left to their supervisor.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -120,25 +123,76 @@ fn node_entries(args: &ClusterArgs, exe: &Path, dir: &Path) -> Vec<NodeEntry> {
         .collect()
 }
 
-/// The node list: from an existing cluster.json when it matches, else new.
+/// The node list: a new cluster's, or an existing cluster.json's, grown by
+/// the nodes a larger `--nodes` adds.
 fn plan(args: &ClusterArgs, dir: &Path) -> Result<Vec<NodeEntry>, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
     let path = dir.join("cluster.json");
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let existing: ClusterFile =
-            serde_json::from_str(&text).map_err(|e| format!("{} is not a valid cluster file: {e}", path.display()))?;
-        if existing.nodes.len() == args.nodes as usize {
-            tracing::info!(dir = %dir.display(), "restarting the existing cluster with its data");
-            return Ok(existing.nodes);
-        }
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(node_entries(args, &exe, dir)) };
+    let existing: ClusterFile =
+        serde_json::from_str(&text).map_err(|e| format!("{} is not a valid cluster file: {e}", path.display()))?;
+    let have = existing.nodes.len();
+    if have > args.nodes as usize {
         return Err(format!(
-            "{} describes {} nodes, not {}; use another --dir",
+            "{} describes {have} nodes, more than --nodes {}; retire nodes with `strom broker decommission`, or use another --dir",
             path.display(),
-            existing.nodes.len(),
             args.nodes
         ));
     }
-    Ok(node_entries(args, &exe, dir))
+    if have == args.nodes as usize {
+        tracing::info!(dir = %dir.display(), "restarting the existing cluster with its data");
+        return Ok(existing.nodes);
+    }
+    let mut nodes = existing.nodes;
+    nodes.extend(added_nodes(args, &exe, dir, &nodes)?);
+    tracing::info!(dir = %dir.display(), from = have, to = nodes.len(), "growing the existing cluster");
+    Ok(nodes)
+}
+
+/// The nodes a larger `--nodes` adds to `existing`: ids after the last one,
+/// ports from this run's bases (`base + id - 1`, as at creation), and the
+/// existing nodes' `--quorum` and `--set` arguments, so they join as
+/// observers of the same cluster and register as brokers.
+fn added_nodes(args: &ClusterArgs, exe: &Path, dir: &Path, existing: &[NodeEntry]) -> Result<Vec<NodeEntry>, String> {
+    let first = existing.first().ok_or("cluster.json lists no node")?;
+    let flag = |name: &str| first.argv.iter().position(|a| a == name).and_then(|i| first.argv.get(i + 1)).cloned();
+    let quorum = flag("--quorum").ok_or("node 1's argv in cluster.json has no --quorum")?;
+    let sets: Vec<String> = first.argv.windows(2).filter(|w| w[0] == "--set").map(|w| w[1].clone()).collect();
+    let taken: Vec<&str> =
+        existing.iter().flat_map(|n| [n.kafka.as_str(), n.admin.as_str(), n.raft.as_str()]).collect();
+    let next_id = existing.iter().map(|n| n.id).max().unwrap_or(0) + 1;
+    let mut grown = args.clone();
+    grown.set = sets;
+    let mut added = Vec::new();
+    for mut node in node_entries(&grown, exe, dir).into_iter().filter(|n| n.id >= next_id) {
+        for addr in [&node.kafka, &node.admin, &node.raft] {
+            if taken.contains(&addr.as_str()) {
+                return Err(format!(
+                    "node {} would listen on {addr}, which an existing node uses; pick free ranges with --kafka-base, --admin-base and --raft-base",
+                    node.id
+                ));
+            }
+        }
+        if let Some(i) = node.argv.iter().position(|a| a == "--quorum") {
+            node.argv[i + 1] = quorum.clone();
+        }
+        added.push(node);
+    }
+    Ok(added)
+}
+
+/// Whether the node recorded in cluster.json still runs (a cluster grown
+/// while its first `strom cluster` is still up): its pid runs this node.
+fn already_running(node: &NodeEntry) -> bool {
+    if node.pid == 0 {
+        return false;
+    }
+    let Ok(cmdline) = std::fs::read(format!("/proc/{}/cmdline", node.pid)) else { return false };
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let data_dir = node.data_dir.display().to_string();
+    let id = node.id.to_string();
+    args.windows(2).any(|w| w[0] == b"--node-id" && w[1] == id.as_bytes())
+        && args.windows(2).any(|w| w[0] == b"--data-dir" && w[1] == data_dir.as_bytes())
 }
 
 fn spawn(node: &NodeEntry, dir: &Path) -> Result<Child, String> {
@@ -199,6 +253,12 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
     let mut nodes = plan(&args, &dir)?;
     let mut children = Vec::new();
     for node in &mut nodes {
+        if already_running(node) {
+            // Its own supervisor (an earlier `strom cluster`) keeps it.
+            tracing::info!(node = node.id, pid = node.pid, "node already running");
+            children.push(None);
+            continue;
+        }
         let child = spawn(node, &dir)?;
         node.pid = child.id().unwrap_or(0);
         children.push(Some(child));

@@ -233,3 +233,69 @@ fn sigterm_during_startup_stops_the_nodes_too() {
     wait_for("the nodes to start", Duration::from_secs(30), || (processes_in(&dir).len() == 3).then_some(()));
     sup.terminate();
 }
+
+#[test]
+fn rerunning_cluster_with_more_nodes_grows_the_running_cluster() {
+    let (_tmp, dir, bases, mut first) = fresh_cluster();
+    wait_for("cluster.json", Duration::from_secs(60), || dir.join("cluster.json").exists().then_some(()));
+    let admin1 = read_cluster_json(&dir)["nodes"][0]["admin"].as_str().expect("admin").to_string();
+
+    // Nodes 4 and 5 take ports 3 and 4 above new bases (the first three are node 1-3's places).
+    let avoid = [bases.0, bases.1, bases.2];
+    let kafka = free_range(5, &avoid);
+    let admin = free_range(5, &[bases.0, bases.1, bases.2, kafka]);
+    let raft = free_range(5, &[bases.0, bases.1, bases.2, kafka, admin]);
+    // Bases that put node 4's Kafka listener on node 1's admin port: refused, nothing started.
+    let out = Command::new(BIN)
+        .args(["cluster", "--nodes", "5", "--dir"])
+        .arg(&dir)
+        .args(["--kafka-base", &(bases.1 - 3).to_string(), "--admin-base", &admin.to_string()])
+        .args(["--raft-base", &raft.to_string()])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("an existing node uses"), "{out:?}");
+    let out = Command::new(BIN).args(["cluster", "--nodes", "2", "--dir"]).arg(&dir).output().expect("run");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("decommission"), "shrinking is refused: {out:?}");
+
+    let second = Command::new(BIN)
+        .args(["cluster", "--nodes", "5", "--dir"])
+        .arg(&dir)
+        .args(["--kafka-base", &kafka.to_string(), "--admin-base", &admin.to_string()])
+        .args(["--raft-base", &raft.to_string()])
+        .env("RUST_LOG", "info,openraft=off")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn strom cluster");
+    let mut second = Supervisor(second, dir.clone());
+    let file = wait_for("cluster.json with 5 nodes", Duration::from_secs(60), || {
+        let f = read_cluster_json(&dir);
+        (f["nodes"].as_array().map_or(0, Vec::len) == 5).then_some(f)
+    });
+    let nodes = file["nodes"].as_array().expect("nodes").clone();
+    assert_eq!(nodes[3]["admin"], format!("127.0.0.1:{}", admin + 3));
+    assert_eq!(nodes[4]["kafka"], format!("127.0.0.1:{}", kafka + 4));
+    let (code, out, _) = strom(&admin1, &["cluster-info", "--json"]);
+    assert_eq!(code, 0);
+    let info: Value = serde_json::from_str(&out).expect("json");
+    let active = info["brokers"].as_array().expect("brokers").iter().filter(|b| b["state"] == "active").count();
+    assert_eq!(active, 5, "{info}");
+    let observers: Vec<u64> =
+        info["quorum"]["observers"].as_array().expect("o").iter().filter_map(Value::as_u64).collect();
+    assert_eq!(observers, vec![4, 5], "{info}");
+
+    // The second supervisor stops only the nodes it started.
+    let pid = |i: usize| nodes[i]["pid"].as_i64().expect("pid");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(second.0.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .expect("term");
+    let status =
+        wait_for("the second supervisor to exit", Duration::from_secs(40), || second.0.try_wait().ok().flatten());
+    assert!(status.success(), "{status}");
+    wait_for("nodes 4 and 5 to stop", Duration::from_secs(40), || {
+        (!pid_alive(pid(3)) && !pid_alive(pid(4))).then_some(())
+    });
+    assert!((0..3).all(|i| pid_alive(pid(i))), "nodes 1-3 still run under the first supervisor");
+    first.terminate();
+}

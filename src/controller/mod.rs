@@ -397,9 +397,9 @@ impl Controller {
             }
             if self.is_active() {
                 self.fence_expired(&quorum).await;
-                self.complete_reassignments(&quorum).await;
+                let completed = self.complete_reassignments(&quorum).await;
                 self.reshape(&quorum).await;
-                self.balance(&quorum).await;
+                self.balance(&quorum, completed).await;
                 self.maybe_rebalance(&quorum).await;
             }
         }
@@ -530,14 +530,16 @@ impl Controller {
         sizes.clone()
     }
 
-    /// Runs the balancer's plan (`balancer.mode`) every [`BALANCE_EVERY`]:
-    /// its replica moves as reassignments, its leader moves as a new replica
-    /// order and an election of the new preferred leader.
-    async fn balance(&self, quorum: &Quorum) {
+    /// Runs the balancer's plan (`balancer.mode`) every [`BALANCE_EVERY`],
+    /// and at once when moves just completed (`freed`), so the next ones
+    /// start without waiting: its replica moves as reassignments, its leader
+    /// moves as a new replica order and an election of the new preferred leader.
+    async fn balance(&self, quorum: &Quorum, freed: bool) {
         let mode = balancer::Mode::parse(self.settings.get("balancer.mode").as_deref());
         let now_ms = crate::replication::partition::now_ms();
         let last = self.last_balance_ms.load(Ordering::Acquire);
-        if mode == balancer::Mode::Off || (last >= 0 && now_ms - last < BALANCE_EVERY.as_millis() as i64) {
+        let due = freed || last < 0 || now_ms - last >= BALANCE_EVERY.as_millis() as i64;
+        if mode == balancer::Mode::Off || !due {
             return;
         }
         self.last_balance_ms.store(now_ms, Ordering::Release);
@@ -585,16 +587,23 @@ impl Controller {
 
     /// Completes every reassignment whose target replicas are all in sync
     /// (also those an earlier controller started).
-    async fn complete_reassignments(&self, quorum: &Quorum) {
+    /// Whether any did.
+    async fn complete_reassignments(&self, quorum: &Quorum) -> bool {
         if reassignment::completions(&quorum.image()).is_empty() {
-            return;
+            return false;
         }
         let _guard = self.write_lock.lock().await;
         let records = reassignment::completions(&quorum.image());
         let moved = records.len();
         match self.propose(quorum, records).await {
-            Ok(index) => tracing::info!(partitions = moved, index, "reassignments completed"),
-            Err(e) => tracing::warn!(error = %e, "completing reassignments failed"),
+            Ok(index) => {
+                tracing::info!(partitions = moved, index, "reassignments completed");
+                moved > 0
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "completing reassignments failed");
+                false
+            }
         }
     }
 

@@ -121,7 +121,11 @@ pub fn cancel(image: &MetadataImage, topic: &str, partition: i32) -> Result<Meta
 }
 
 /// The completion record of one partition's reassignment, if every target
-/// replica is in the ISR and a target replica can lead.
+/// replica is in the ISR and a target replica can lead. The first target
+/// replica leads when it can: a move's target order is what the balancer,
+/// healing and operators choose as the preferred leader, so a completed move
+/// leaves leadership where it was planned (Kafka would keep the old leader
+/// until its next preferred-leader election).
 pub fn completion(
     image: &MetadataImage,
     t: &TopicImage,
@@ -136,7 +140,14 @@ pub fn completion(
         return None;
     }
     let isr: Vec<i32> = p.isr.iter().copied().filter(|b| target.contains(b)).collect();
-    let leader = next_leader(image, p, &target, &isr)?;
+    let preferred = target[0];
+    let leader = if p.leader == Some(preferred) {
+        LeaderChange::Unchanged
+    } else if isr.contains(&preferred) && image.can_lead(preferred) {
+        LeaderChange::Elect(preferred)
+    } else {
+        next_leader(image, p, &target, &isr)?
+    };
     Some(settled(t, partition, target, isr, leader))
 }
 
@@ -225,6 +236,26 @@ mod tests {
         assert_eq!(p.leader, Some(3), "the removed leader hands over to the first in-sync target replica");
         assert_eq!(p.leader_epoch, epoch + 1);
         assert!(completions(&image).is_empty());
+    }
+
+    #[test]
+    fn a_completed_move_is_led_by_its_first_target_replica() {
+        // 2 stays, but the target puts 4 first: 4 leads once the move is done.
+        let mut image = five_brokers();
+        let record = reassign(&image, "t", 0, &[4, 1, 2]).expect("valid").expect("a change");
+        apply(&mut image, &record);
+        let topic_id = image.topics["t"].topic_id;
+        let caught_up = MetadataRecord::PartitionChange {
+            topic_id,
+            partition: 0,
+            leader: LeaderChange::Unchanged,
+            isr: Some(vec![1, 2, 3, 4]),
+            replicas: None,
+        };
+        apply(&mut image, &caught_up);
+        let done = completions(&image);
+        apply(&mut image, &done[0]);
+        assert_eq!(partition(&image).leader, Some(4));
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = tick.tick() => {}
+            _ = replicas.isr_woken() => {}
             _ = shutdown.changed() => return,
         }
         let image = quorum.image();

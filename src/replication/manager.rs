@@ -51,6 +51,8 @@ pub struct ReplicaManager {
     /// `follower.replication.throttled.rate`: what this broker fetches as a
     /// replica a reassignment adds.
     pub follower_throttle: SharedBucket,
+    /// Wakes the ISR task at once when a follower outside the ISR caught up.
+    isr_wake: tokio::sync::Notify,
 }
 
 /// A topic's log settings and `min.insync.replicas`, from its effective
@@ -115,7 +117,20 @@ impl ReplicaManager {
             strays_deleted: std::sync::atomic::AtomicBool::new(false),
             leader_throttle: SharedBucket::unlimited(),
             follower_throttle: SharedBucket::unlimited(),
+            isr_wake: tokio::sync::Notify::new(),
         })
+    }
+
+    /// A follower outside a led partition's ISR has caught up: the ISR task
+    /// asks for it to join now, not at its next tick (Kafka expands the ISR
+    /// on the fetch that catches up).
+    pub fn wake_isr(&self) {
+        self.isr_wake.notify_one();
+    }
+
+    /// Resolves after [`Self::wake_isr`].
+    pub async fn isr_woken(&self) {
+        self.isr_wake.notified().await;
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {

@@ -71,6 +71,9 @@ pub struct ReadResult {
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
+    /// The fetching follower is outside the ISR and has reached the high
+    /// watermark: it may join the ISR now.
+    pub joins_isr: bool,
 }
 
 /// A follower's fetch position.
@@ -486,6 +489,8 @@ impl Partition {
             return Err(PartitionError::NotLeader);
         }
         Self::check_epoch(&st, current_leader_epoch)?;
+        let joins_isr = replica_id
+            .is_some_and(|id| !st.isr.contains(&id) && st.replicas.contains(&id) && fetch_offset >= st.high_watermark);
         let max_offset = match replica_id {
             Some(id) => {
                 let (end, now) = (st.log.log_end_offset(), now_ms());
@@ -505,6 +510,7 @@ impl Partition {
             high_watermark: st.high_watermark,
             log_start_offset: st.log.log_start_offset(),
             log_end_offset: st.log.log_end_offset(),
+            joins_isr,
         })
     }
 

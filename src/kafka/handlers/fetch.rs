@@ -78,6 +78,9 @@ fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> 
                             if throttled {
                                 ctx.replicas.leader_throttle.record(r.records.len(), now_ms());
                             }
+                            if r.joins_isr {
+                                ctx.replicas.wake_isr();
+                            }
                             total += r.records.len();
                             budget = budget.saturating_sub(r.records.len());
                             empty(fp.partition, 0)
