@@ -269,6 +269,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         voter = config.voters.contains_key(&config.node_id),
         "node started"
     );
+    if settings.bool("unsafe.ack.before.commit") {
+        tracing::warn!("unsafe.ack.before.commit is set: acks=all answers before replication and LOSES acknowledged records on failover; it exists only as a negative control for the fault harness");
+    }
 
     wait_for_signal().await;
     tracing::info!(node_id = config.node_id, "shutting down: controlled shutdown first");

@@ -132,6 +132,12 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "bytes/s a replica a reassignment adds fetches (Long.MAX: unlimited)",
     )
     .dynamic(),
+    def(
+        "unsafe.ack.before.commit",
+        Some("false"),
+        Kind::Bool,
+        "TESTING ONLY, loses data: acks=all is answered when the leader appended, before the high watermark passes it (a negative control for tests/chaos)",
+    ),
     def("broker.rack", None, Kind::Custom(rack), "this broker's rack: replicas of a partition go to different racks"),
     def(
         "balancer.mode",

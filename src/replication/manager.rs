@@ -232,6 +232,7 @@ impl ReplicaManager {
         for key in gone {
             let removed = self.partitions.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
             if let Some(partition) = removed {
+                partition.stop_serving();
                 match Arc::try_unwrap(partition) {
                     Ok(p) => {
                         if let Err(e) = p.into_log().delete() {
@@ -241,7 +242,9 @@ impl ReplicaManager {
                         }
                     }
                     Err(_) => {
-                        // A request still holds it; its directory goes with the next start.
+                        // A request still holds it (and now answers that this
+                        // broker does not lead it); its files go now.
+                        tracing::info!(topic = %key.0, partition = key.1, "partition removed from this broker");
                         let dir = self.logs_dir.join(crate::log::partition_log::partition_dir_name(&key.0, key.1));
                         if let Err(e) = std::fs::remove_dir_all(&dir) {
                             tracing::warn!(dir = %dir.display(), error = %e, "deleting the log failed");

@@ -258,6 +258,22 @@ impl Partition {
         self.maybe_advance_high_watermark(&mut st);
     }
 
+    /// This broker no longer hosts the partition (a reassignment removed it,
+    /// or the topic was deleted): it leads nothing, and waiters — an acks=all
+    /// produce, a long-polling fetch — wake to answer NOT_LEADER_OR_FOLLOWER
+    /// at once instead of at their timeout.
+    pub fn stop_serving(&self) {
+        let mut st = self.state();
+        if st.is_leader {
+            tracing::info!(topic = %self.topic, partition = self.index, "no longer a replica: stopped leading");
+        }
+        st.is_leader = false;
+        st.followers.clear();
+        drop(st);
+        self.high_watermark_tx.send_modify(|_| {});
+        self.log_end_tx.send_modify(|_| {});
+    }
+
     pub fn become_follower(&self, leader_epoch: i32, partition_epoch: i32) {
         let mut st = self.state();
         if st.is_leader || st.leader_epoch != leader_epoch {

@@ -355,3 +355,40 @@ def test_throttled_move_waits_for_the_rate_and_speeds_up_when_lifted(make_cluste
     status, configs = cluster.send(3, "PATCH", "/v1/brokers/configs", {"leader.replication.throttled.rate": None})
     assert status == 200 and configs["leader.replication.throttled.rate"] == "9223372036854775807", configs
     wait_moved(cluster, topic, {0: [1, 2, 4]}, timeout=60)
+
+
+def test_a_produce_waiting_on_a_removed_leader_is_answered_at_once(make_cluster):
+    """An acks=all produce waiting on a leader that a move takes out of the replicas gets
+    NOT_LEADER_OR_FOLLOWER when the move completes, not its whole request timeout (it used
+    to wait the 30 s out, and every later request on the connection behind it)."""
+    cluster = make_cluster(4, MANUAL)
+    cluster.create_topic("leaving", partitions=1, rf=2)
+    cluster.wait_topic("leaving", 1)
+    leader, follower = cluster.topic("leaving")["partitions"][0]["replicas"]
+    target = [b for b in (1, 2, 3, 4) if b not in (leader, follower)]
+    result = {}
+    # The follower is paused: the high watermark cannot pass the record, so the produce waits.
+    cluster.signal(follower, signal.SIGSTOP)
+    try:
+        def produce():
+            started = time.monotonic()
+            result["answer"] = wire.produce(cluster.node(leader).kafka_addr, "leaving", 0,
+                                            wire.record_batch([(b"k", b"v")]), acks=-1, timeout_ms=30000)
+            result["took"] = time.monotonic() - started
+        thread = threading.Thread(target=produce)
+        thread.start()
+
+        def pending():
+            p = cluster.topic("leaving", via=leader)["partitions"][0]
+            return p["log_end_offset"] is not None and p["log_end_offset"] > p["high_watermark"]
+        wait_for("the produce appended and waiting for the high watermark", 10, pending)
+        status, body = cluster.send(target[0], "POST", "/v1/partitions/leaving/0/reassign", {"replicas": target})
+        assert status == 202, body
+        thread.join(40)
+        assert not thread.is_alive()
+    finally:
+        cluster.signal(follower, signal.SIGCONT)
+    err, _ = result["answer"]
+    assert err == 6, result  # NOT_LEADER_OR_FOLLOWER: the client retries on the new leader
+    assert result["took"] < 10, result
+    assert cluster.topic("leaving", via=target[0])["partitions"][0]["replicas"] == target

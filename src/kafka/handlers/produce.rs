@@ -94,7 +94,9 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
             let mut buf = records.to_vec();
             match partition.append_as_leader(&mut buf, acks_all) {
                 Ok(r) => {
-                    if acks_all {
+                    // `unsafe.ack.before.commit` (a negative control for the
+                    // fault harness, never for use): answer without waiting.
+                    if acks_all && !ctx.settings.bool("unsafe.ack.before.commit") {
                         pending.push((t, p, partition.clone(), r.last_offset, r.leader_epoch));
                     }
                     partitions.push(
