@@ -3,10 +3,13 @@
 
 produce BOOTSTRAP TOPIC SECONDS RATE OUT [KEY_PREFIX]: an idempotent acks=all producer writing
 steadily; writes every acknowledged key with its partition, offset and ack time to OUT.
+SIGTERM ends it early the same way: it stops producing, waits for what is in flight and
+writes OUT.
 verify BOOTSTRAP TOPIC PARTITIONS ACKED: reads every partition from the start and
 checks every acknowledged record is there exactly once, at its acknowledged offset,
 in order. Exit 1 on any loss or duplicate.
 """
+import signal
 import sys
 import time
 
@@ -24,9 +27,11 @@ def produce(bootstrap, topic, seconds, rate, out, prefix="k"):
         else:
             acked.append((msg.key().decode(), msg.partition(), msg.offset(), time.time()))
 
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     start, i, fatal = time.time(), 0, None
     try:
-        while time.time() - start < seconds:
+        while time.time() - start < seconds and not stop:
             due = int((time.time() - start) * rate)
             while i < due:
                 try:

@@ -33,6 +33,27 @@ def test_controller_failover_demo():
     assert "new controller: broker" in text
 
 
+@pytest.mark.skipif(not shutil.which("jq"), reason="the demos need jq")
+def test_scale_out_demo():
+    text = run_demo("scale-out.sh")
+    assert "OK: scaled out from 3 to 5 brokers under load" in text
+    assert "brokers 4 and 5 registered and active" in text and "now on brokers 4 and 5" in text
+
+
+@pytest.mark.skipif(not shutil.which("jq"), reason="the demos need jq")
+def test_replace_node_demo():
+    text = run_demo("replace-node.sh")
+    assert "OK: broker" in text and "replaced: full RF on the 3 live brokers" in text
+    assert "fenced" in text and "every partition at RF 3 with ISR = replicas and none on broker" in text
+
+
+@pytest.mark.skipif(not shutil.which("jq"), reason="the demos need jq")
+def test_decommission_demo():
+    text = run_demo("decommission.sh")
+    assert "retired under load: out of the quorum, drained and unregistered" in text
+    assert "strom quorum add-voter 4: voters now" in text and "drained and unregistered" in text
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("jq"),
                     reason="network namespaces need root, iproute2 and jq")
 def test_network_partition_demo():
