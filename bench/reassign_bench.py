@@ -145,6 +145,9 @@ def main():
                 print(f"move of {args.mb} MB, throttle off: {took:.1f} s in all, copying at {copy:.0f} MB/s "
                       f"({copy / min(disk, loop):.2f} of the lower limit); produce latency during it: "
                       f"{summary(during)}", flush=True)
+                # Broker 3 must have dropped its copy, or the move back has nothing to copy.
+                gone = os.path.join(cluster.node(3).data_dir, "logs", "moved-0")
+                harness.wait_for("broker 3 to delete its copy", 60, lambda: not os.path.exists(gone))
                 status, _ = cluster.send(1, "PATCH", "/v1/brokers/configs",
                                          {"leader.replication.throttled.rate": str(args.throttle_mb * MB)})
                 assert status == 200

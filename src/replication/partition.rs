@@ -250,6 +250,16 @@ impl Partition {
                 st.followers.entry(*r).or_insert_with(|| FollowerProgress::new(now));
             }
         }
+        if st.partition_epoch != partition_epoch {
+            // A replica outside the ISR proves its position again by fetching:
+            // the images this leader saw may skip its removal and return (a
+            // move away and straight back), after which what it fetched
+            // before says nothing about the log it holds now.
+            let now = now_ms();
+            for r in replicas.iter().filter(|r| **r != self.broker_id && !isr.contains(r)) {
+                st.followers.insert(*r, FollowerProgress::new(now));
+            }
+        }
         st.is_leader = true;
         st.leader_epoch = leader_epoch;
         st.partition_epoch = partition_epoch;
@@ -656,5 +666,37 @@ impl Partition {
     /// Takes the log out for closing or deleting.
     pub fn into_log(self) -> PartitionLog {
         self.state.into_inner().unwrap_or_else(|e| e.into_inner()).log
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::test_batches::build_batch;
+
+    #[test]
+    fn a_replica_back_outside_the_isr_fetches_again_before_it_joins() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, 0).expect("open");
+        for i in 0..3 {
+            let mut batch = build_batch(3, 1_000 * (i + 1), &[7u8; 40]);
+            log.append_as_leader(&mut batch, 1, 0).expect("append");
+        }
+        let end = log.log_end_offset();
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        p.become_leader(1, 1, &[1, 2, 3], &[1, 2, 3]);
+        for follower in [2, 3] {
+            p.read(end, 1 << 20, true, 1, Some(follower)).expect("fetch");
+        }
+        assert_eq!(p.isr_proposal(10_000, |_| true), None);
+        // The images this leader saw skip 3's removal: 3 is back, outside the ISR.
+        p.become_leader(1, 3, &[1, 2], &[1, 2, 3]);
+        assert_eq!(p.isr_proposal(10_000, |_| true), None, "3's position from before does not count");
+        let r = p.read(0, 1 << 20, true, 1, Some(3)).expect("fetch");
+        assert!(!r.joins_isr);
+        assert_eq!(p.isr_proposal(10_000, |_| true), None, "3 holds nothing yet");
+        let r = p.read(end, 1 << 20, true, 1, Some(3)).expect("fetch");
+        assert!(r.joins_isr);
+        assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
     }
 }
