@@ -27,10 +27,6 @@ use super::ReplicaManager;
 
 /// Bytes per partition in one follower fetch (Kafka's `replica.fetch.max.bytes`).
 const PARTITION_FETCH_BYTES: i32 = 1024 * 1024;
-/// Bytes per partition in one fetch of a replica a reassignment adds and that
-/// is not in sync yet: it has a whole log to copy, and larger reads cost
-/// fewer round trips per byte (still within the throttle, when one is set).
-const CATCH_UP_FETCH_BYTES: i32 = FETCH_RESPONSE_BYTES;
 /// Bytes per follower fetch response (Kafka's `replica.fetch.response.max.bytes`).
 const FETCH_RESPONSE_BYTES: i32 = 10 * 1024 * 1024;
 /// Pause after a failed request or an unreachable leader.
@@ -234,7 +230,7 @@ impl FetcherManager {
                 .get(&p.topic)
                 .and_then(|t| t.partitions.get(&p.index))
                 .is_some_and(|r| r.is_catching_up(self.broker_id));
-            let mut max_bytes = if catching_up { CATCH_UP_FETCH_BYTES } else { PARTITION_FETCH_BYTES };
+            let mut max_bytes = PARTITION_FETCH_BYTES;
             if catching_up {
                 match throttle.allowance(now_ms()) {
                     Some(0) => continue,
