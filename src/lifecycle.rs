@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use strom_raft::{BrokerState, Quorum};
 use tokio::sync::watch;
@@ -31,6 +31,12 @@ pub struct BrokerLifecycle {
     raft: String,
     rack: Option<String>,
     heartbeat_interval: Duration,
+    /// `broker.session.timeout.ms`: heard nothing from the controller this
+    /// long, the broker takes no writes (it has likely been fenced).
+    session_timeout: Duration,
+    /// When the controller last answered a registration or heartbeat.
+    last_contact: std::sync::Mutex<Instant>,
+    out_of_touch: AtomicBool,
     quorum: Arc<Quorum>,
     client: Arc<ControllerClient>,
     replicas: Arc<ReplicaManager>,
@@ -50,7 +56,7 @@ pub struct BrokerIdentity {
 impl BrokerLifecycle {
     pub fn new(
         identity: BrokerIdentity,
-        heartbeat_interval: Duration,
+        (heartbeat_interval, session_timeout): (Duration, Duration),
         quorum: Arc<Quorum>,
         client: Arc<ControllerClient>,
         replicas: Arc<ReplicaManager>,
@@ -64,6 +70,9 @@ impl BrokerLifecycle {
             raft,
             rack,
             heartbeat_interval,
+            session_timeout,
+            last_contact: std::sync::Mutex::new(Instant::now()),
+            out_of_touch: AtomicBool::new(false),
             quorum,
             client,
             replicas,
@@ -111,6 +120,7 @@ impl BrokerLifecycle {
         match self.client.send(request, CALL_TIMEOUT).await {
             Ok(ControllerResponse::Done { .. }) => {
                 tracing::info!(broker_id = self.broker_id, "registered with the controller");
+                self.touched();
                 true
             }
             Ok(other) => {
@@ -133,9 +143,36 @@ impl BrokerLifecycle {
         };
         match self.client.send(request, CALL_TIMEOUT).await {
             Ok(ControllerResponse::UnknownBroker) => self.registered.store(false, Ordering::Release),
+            Ok(ControllerResponse::Heartbeat { .. }) => self.touched(),
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
         }
+    }
+
+    /// The controller answered.
+    fn touched(&self) {
+        *self.last_contact.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        if self.out_of_touch.swap(false, Ordering::AcqRel) {
+            tracing::info!(broker_id = self.broker_id, "the controller answers again: taking writes");
+        }
+    }
+
+    /// Whether the controller has not answered for `broker.session.timeout.ms`:
+    /// cut off from the quorum, this broker has most likely been fenced and
+    /// its partitions led elsewhere, so it takes no writes (they could never
+    /// commit) and answers NOT_LEADER_OR_FOLLOWER, which sends clients to
+    /// fresh metadata.
+    pub fn out_of_touch(&self) -> bool {
+        let silent = self.last_contact.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+        let out = silent > self.session_timeout;
+        if out && !self.out_of_touch.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                broker_id = self.broker_id,
+                silent_ms = silent.as_millis() as u64,
+                "no answer from the controller for the session timeout: refusing writes until it answers"
+            );
+        }
+        out
     }
 
     /// Every [`SIZES_EVERY`] (the first heartbeat included): the bytes each

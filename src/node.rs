@@ -194,7 +194,10 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     };
     let lifecycle = Arc::new(BrokerLifecycle::new(
         identity,
-        Duration::from_millis(settings.u64("broker.heartbeat.interval.ms")),
+        (
+            Duration::from_millis(settings.u64("broker.heartbeat.interval.ms")),
+            Duration::from_millis(settings.u64("broker.session.timeout.ms")),
+        ),
         quorum.clone(),
         client.clone(),
         replicas.clone(),

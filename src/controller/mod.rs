@@ -128,6 +128,11 @@ impl Controller {
         }
         let result = match request {
             ControllerRequest::Heartbeat { broker_id, incarnation_id, applied_index, sizes } => {
+                // A leader cut off from the other voters answers no
+                // heartbeat: its own broker, too, learns it is out of touch.
+                if !self.has_quorum(&quorum) {
+                    return self.not_controller();
+                }
                 if !sizes.is_empty() {
                     let mut known = self.sizes.lock().unwrap_or_else(|e| e.into_inner());
                     known.extend(sizes.into_iter().map(|(t, p, bytes)| ((t, p), bytes)));
@@ -184,6 +189,16 @@ impl Controller {
     }
 
     /// The broker default, a dynamic broker config over the static setting.
+    /// Whether a majority of the voters acknowledged this leader within
+    /// `broker.session.timeout.ms` (always, for a single voter).
+    fn has_quorum(&self, quorum: &Quorum) -> bool {
+        if quorum.voters().len() <= 1 {
+            return true;
+        }
+        let session = self.settings.u64("broker.session.timeout.ms");
+        quorum.metrics().millis_since_quorum_ack.is_some_and(|ms| ms <= session)
+    }
+
     fn unclean_default(&self, image: &MetadataImage) -> bool {
         self.settings.layered(&image.broker_configs).bool("unclean.leader.election.enable")
     }

@@ -224,3 +224,49 @@ def test_follower_behind_the_leaders_log_start_catches_up(make_cluster):
     wait_for("retention past the follower's log end", 30, lambda: (log_start() or 0) > 1000)
     cluster.launch(follower)
     wait_for("the follower back in the ISR", 60, lambda: follower in (isr(cluster, "behind", 0, leader) or []))
+
+
+@pytest.mark.parametrize("controller_too", [False, True], ids=["follower-side", "controller-leads"])
+def test_a_leader_cut_off_from_the_controller_stops_taking_writes(make_cluster, controller_too):
+    """A leader that hears nothing from the controller for broker.session.timeout.ms (1.5 s
+    here) has most likely been fenced, its partitions led elsewhere: it refuses writes with
+    NOT_LEADER_OR_FOLLOWER, which sends clients to fresh metadata, instead of appending what
+    can never commit (with acks=1, what the next leader truncates). Also when it is the
+    controller itself, cut off from the other voters. It takes writes again once the
+    controller answers."""
+    import signal
+
+    import wire
+
+    cluster = make_cluster(3, FAST)
+    controller = cluster.cluster_view(1)["controller_id"]
+    cluster.create_topic("cut", partitions=1, rf=3)
+    cluster.wait_topic("cut", 1)
+    leader = cluster.topic("cut")["partitions"][0]["leader"]
+    if controller_too != (leader == controller):
+        target = [controller] + [b for b in (1, 2, 3) if b != controller] if controller_too else \
+            [b for b in (1, 2, 3) if b != controller] + [controller]
+        status, body = cluster.send(1, "POST", "/v1/partitions/cut/0/reassign", {"replicas": target})
+        assert status == 202, body
+        cluster.send(1, "POST", "/v1/partitions/cut/0/elect-leader", {"type": "preferred"})
+        wait_for("the chosen leader", 30, lambda: cluster.topic("cut")["partitions"][0]["leader"] == target[0])
+        leader = target[0]
+    addr = cluster.node(leader).kafka_addr
+    batch = wire.record_batch([(b"k", b"v")])
+    assert wire.produce(addr, "cut", 0, batch, acks=1)[0] == 0
+    others = [b for b in (1, 2, 3) if b != leader]
+    for b in others:
+        cluster.signal(b, signal.SIGSTOP)
+    try:
+        cut_at = time.monotonic()
+        wait_for("NOT_LEADER_OR_FOLLOWER from the cut-off leader", 15,
+                 lambda: wire.produce(addr, "cut", 0, batch, acks=1, timeout_ms=2000)[0] == 6, interval=0.2)
+        refused_after = time.monotonic() - cut_at
+    finally:
+        for b in others:
+            cluster.signal(b, signal.SIGCONT)
+    assert refused_after < 10, refused_after
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True,
+                     "log_level": 0})
+    p.produce("cut", value=b"after", partition=0)
+    assert p.flush(30) == 0, "writes are taken again once the quorum is back"

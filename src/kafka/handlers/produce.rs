@@ -72,6 +72,9 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
     let wait = Duration::from_millis(request.timeout_ms.max(0) as u64).min(ACKS_ALL_WAIT_MAX);
     let transactional = request.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty());
     let image = ctx.quorum.image();
+    // Cut off from the controller: fenced, most likely, with its partitions led
+    // elsewhere; nothing appended here could commit.
+    let out_of_touch = ctx.lifecycle.out_of_touch();
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for (t, topic) in request.topic_data.into_iter().enumerate() {
@@ -81,6 +84,10 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
             let index = data.index;
             if transactional {
                 partitions.push(error_response(index, ResponseError::TransactionalIdAuthorizationFailed.code()));
+                continue;
+            }
+            if out_of_touch {
+                partitions.push(error_response(index, ResponseError::NotLeaderOrFollower.code()));
                 continue;
             }
             let Some(partition) = ctx.replicas.get(&name, index) else {
