@@ -133,6 +133,12 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
     )
     .dynamic(),
     def(
+        "storage.min.free.bytes",
+        Some("67108864"),
+        int(0, I64_MAX),
+        "below this much free space in the data directory the broker takes no produce requests and followers pause, so logs never fill the disk",
+    ),
+    def(
         "unsafe.ack.before.commit",
         Some("false"),
         Kind::Bool,

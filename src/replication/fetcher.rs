@@ -216,6 +216,12 @@ impl FetcherManager {
         conn: &mut KafkaConnection,
         parts: &[Arc<Partition>],
     ) -> Result<(), super::client::ClientError> {
+        if !self.replicas.disk.has_room() {
+            // Below `storage.min.free.bytes`: this replica falls behind (and
+            // out of the ISR) rather than fill the disk.
+            tokio::time::sleep(RETRY_BACKOFF).await;
+            return Ok(());
+        }
         let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
         let mut epochs: HashMap<Key, i32> = HashMap::new();
         // Partitions a reassignment adds here and that are not in sync yet

@@ -53,6 +53,8 @@ pub struct ReplicaManager {
     pub follower_throttle: SharedBucket,
     /// Wakes the ISR task at once when a follower outside the ISR caught up.
     isr_wake: tokio::sync::Notify,
+    /// Free space in the log directory against `storage.min.free.bytes`.
+    pub disk: super::disk::DiskGuard,
 }
 
 /// A topic's log settings and `min.insync.replicas`, from its effective
@@ -105,8 +107,10 @@ impl ReplicaManager {
             tracing::warn!(error = %e, "recovery-point checkpoint unreadable; recovering every segment");
             BTreeMap::new()
         });
+        let disk = super::disk::DiskGuard::new(logs_dir.clone(), settings.u64("storage.min.free.bytes"));
         Ok(Self {
             broker_id,
+            disk,
             recovery,
             recovery_at_start,
             logs_dir,

@@ -8,6 +8,7 @@
 //! Follower fetching and ISR changes build on these.
 
 pub mod client;
+pub mod disk;
 pub mod fetcher;
 pub mod isr;
 pub mod isr_sync;

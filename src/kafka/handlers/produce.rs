@@ -75,6 +75,8 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
     // Cut off from the controller: fenced, most likely, with its partitions led
     // elsewhere; nothing appended here could commit.
     let out_of_touch = ctx.lifecycle.out_of_touch();
+    // Below `storage.min.free.bytes`: the logs do not grow (reads go on).
+    let disk_full = !ctx.replicas.disk.has_room();
     let mut pending = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for (t, topic) in request.topic_data.into_iter().enumerate() {
@@ -88,6 +90,14 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
             }
             if out_of_touch {
                 partitions.push(error_response(index, ResponseError::NotLeaderOrFollower.code()));
+                continue;
+            }
+            if disk_full {
+                let message = "the broker's data directory is below storage.min.free.bytes of free space";
+                partitions.push(
+                    error_response(index, ResponseError::KafkaStorageError.code())
+                        .with_error_message(Some(StrBytes::from_static_str(message))),
+                );
                 continue;
             }
             let Some(partition) = ctx.replicas.get(&name, index) else {
