@@ -41,7 +41,7 @@ impl DiskGuard {
         let now = now_ms();
         if now.saturating_sub(self.checked_ms.load(Ordering::Acquire)) >= RECHECK_MS {
             let free = match nix::sys::statvfs::statvfs(&self.dir) {
-                Ok(s) => (s.blocks_available() as u64).saturating_mul(s.fragment_size() as u64),
+                Ok(s) => s.blocks_available().saturating_mul(s.fragment_size()),
                 Err(e) => {
                     tracing::debug!(dir = %self.dir.display(), error = %e, "cannot read the free space");
                     u64::MAX
