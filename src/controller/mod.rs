@@ -560,13 +560,29 @@ impl Controller {
         self.last_balance_ms.store(now_ms, Ordering::Release);
         let max_moves = self.settings.u64("balancer.max.concurrent.moves").max(1) as usize;
         let sizes = self.sizes(&quorum.image());
-        if balancer::plan(&quorum.image(), &sizes, mode, max_moves).is_empty() {
+        // In continuous mode leaders are where the replica order puts them:
+        // a preferred replica back in the ISR leads again within a balancer
+        // interval, not at the next `leader.imbalance.check.interval.seconds`.
+        let continuous = mode == balancer::Mode::Continuous;
+        let nothing = |image: &MetadataImage| {
+            (!continuous || election::preferred_elections(image).is_empty())
+                && balancer::plan(image, &sizes, mode, max_moves).is_empty()
+        };
+        if nothing(&quorum.image()) {
             return;
         }
         let _guard = self.write_lock.lock().await;
         let mut image = (*quorum.image()).clone();
-        let moves = balancer::plan(&image, &sizes, mode, max_moves);
         let mut records = Vec::new();
+        if continuous {
+            for election in election::preferred_elections(&image) {
+                if image.apply(&election).is_ok() {
+                    records.push(election);
+                }
+            }
+        }
+        let elections = records.len();
+        let moves = balancer::plan(&image, &sizes, mode, max_moves);
         let mut started = 0;
         for m in &moves {
             let Ok(Some(record)) = reassignment::reassign(&image, &m.topic, m.partition, &m.to) else { continue };
@@ -594,7 +610,7 @@ impl Controller {
         match self.propose(quorum, records).await {
             Ok(index) => {
                 self.moves_started.fetch_add(started, Ordering::AcqRel);
-                tracing::info!(moves = started, index, "balancer moves started");
+                tracing::info!(moves = started, elections, index, "balancer moves started");
             }
             Err(e) => tracing::warn!(error = %e, "balancer moves failed"),
         }

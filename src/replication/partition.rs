@@ -612,11 +612,15 @@ impl Partition {
         loop {
             {
                 let st = self.state();
+                // Committed in the epoch it was appended in, even if this
+                // broker stopped leading since (a move took it out): an answer
+                // of NOT_LEADER_OR_FOLLOWER would tell the client the records
+                // were not written, and librdkafka believes it.
+                if st.leader_epoch == leader_epoch && st.high_watermark > offset {
+                    return CommitWait::Committed;
+                }
                 if !st.is_leader || st.leader_epoch != leader_epoch {
                     return CommitWait::NotLeader;
-                }
-                if st.high_watermark > offset {
-                    return CommitWait::Committed;
                 }
             }
             match tokio::time::timeout_at(deadline, rx.changed()).await {
