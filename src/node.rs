@@ -134,14 +134,26 @@ impl AppHandler for ControllerRpc {
     }
 }
 
-/// Counts quorum leader changes for `/metrics`, and logs them once.
+/// Counts quorum leader changes for `/metrics`, and logs them once. A
+/// quorum core that stopped (openraft's fatal errors, a panic in its task)
+/// ends the process: a node that stays up without it still answers as
+/// controller and broker from a frozen image and blocks the cluster, while a
+/// node that exits is replaced by the others and can be restarted clean.
 async fn watch_leader(quorum: Arc<Quorum>, metrics: Arc<Metrics>, mut shutdown: watch::Receiver<bool>) {
     let mut rx = quorum.raft().metrics();
     let mut leader = rx.borrow().current_leader;
     loop {
         tokio::select! {
-            changed = rx.changed() => if changed.is_err() { return },
+            changed = rx.changed() => if changed.is_err() {
+                if !*shutdown.borrow() {
+                    quorum_stopped("its task ended");
+                }
+                return;
+            },
             _ = shutdown.changed() => return,
+        }
+        if let Err(fatal) = &rx.borrow().running_state {
+            quorum_stopped(&fatal.to_string());
         }
         let now = rx.borrow().current_leader;
         if now != leader {
@@ -150,6 +162,11 @@ async fn watch_leader(quorum: Arc<Quorum>, metrics: Arc<Metrics>, mut shutdown: 
             tracing::info!(leader = ?now, term = rx.borrow().current_term, "metadata quorum leader changed");
         }
     }
+}
+
+fn quorum_stopped(why: &str) -> ! {
+    tracing::error!(why, "the metadata quorum stopped on this node; exiting so that it can be restarted clean");
+    std::process::exit(70);
 }
 
 /// Runs a node until SIGTERM/SIGINT, then shuts down in a controlled way.
