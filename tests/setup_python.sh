@@ -7,6 +7,8 @@
 #    snappy (python-snappy, which is built on cramjam), lz4 (lz4) and
 #    zstd (zstandard); gzip is in the standard library. crc32c makes
 #    kafka-python's CRC-32C of record batches native instead of pure Python.
+#    matplotlib (and its dependencies) draws the fault harness's timeline.png
+#    (tests/chaos).
 #  - kcat (Debian package `kcat`, older releases call it `kafkacat`) through
 #    apt-get when it is missing and we are root. If it cannot be had, the
 #    tests that need it are skipped and say why (see tests/kafka/conftest.py).
@@ -32,7 +34,17 @@ crc32c==2.9.post0
 iniconfig==2.3.1
 packaging==26.4
 pluggy==1.7.0
-Pygments==2.21.0"
+Pygments==2.21.0
+matplotlib==3.11.2
+contourpy==1.3.3
+cycler==0.12.1
+fonttools==4.68.0
+kiwisolver==1.5.1
+numpy==2.4.6
+pillow==13.0.0
+pyparsing==3.3.3
+python-dateutil==4.0.0
+tzdata==2026.6"
 
 stamp_value=$(printf '%s\n' "$REQUIREMENTS" | sha256sum | cut -d' ' -f1)
 stamp_file=$VENV/.strom-requirements.sha256
@@ -56,7 +68,7 @@ fi
 
 # Every pinned module imports, and kafka-python sees every codec.
 "$VENV/bin/python" - <<'EOF'
-import confluent_kafka, kafka, pytest
+import confluent_kafka, kafka, matplotlib, pytest
 from kafka import codec
 missing = [name for name, ok in [("snappy", codec.has_snappy()), ("lz4", codec.has_lz4()),
                                  ("zstd", codec.has_zstd()), ("gzip", codec.has_gzip())] if not ok]

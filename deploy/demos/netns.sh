@@ -7,6 +7,14 @@
 #   netns.sh up TAG N      creates N hosts 10.77.<x>.1..N (+ the bridge at .254)
 #   netns.sh cut TAG I     isolates host I       netns.sh heal TAG I
 #   netns.sh down TAG N    removes everything TAG created
+#
+# Finer faults for the fault harness (tests/chaos); nftables for drops, tc for netem:
+#   netns.sh drop TAG I J [J...]   host I stops receiving packets from hosts J (one
+#                                  way; drop both ways for a symmetric cut)
+#   netns.sh undrop TAG I          host I receives from everyone again
+#   netns.sh netem TAG I SPEC...   tc netem on host I's egress (e.g. delay 50ms 20ms loss 5%)
+#   netns.sh unnetem TAG I         removes it
+#   netns.sh heal-all TAG N        hosts 1..N: links up, no drops, no netem
 set -euo pipefail
 cmd=$1 tag=$2 arg=$3
 subnet=10.77.$(( $(printf '%d' "0x$(printf '%s' "$tag" | md5sum | cut -c1-2)") % 250 + 1 ))
@@ -38,5 +46,33 @@ case "$cmd" in
     done
     ip link del "$br" 2>/dev/null || true
     ;;
-  *) echo "usage: netns.sh up|cut|heal|down TAG N|I" >&2; exit 2 ;;
+  drop)
+    shift 3
+    [ $# -gt 0 ] || { echo "usage: netns.sh drop TAG I J [J...]" >&2; exit 2; }
+    rules="add table inet strom_chaos
+add chain inet strom_chaos input { type filter hook input priority 0; policy accept; }"
+    for j in "$@"; do rules="$rules
+add rule inet strom_chaos input ip saddr $subnet.$j drop"; done
+    printf '%s\n' "$rules" | ip netns exec "strom-$tag-$arg" nft -f -
+    ;;
+  undrop)
+    if ip netns exec "strom-$tag-$arg" nft list table inet strom_chaos >/dev/null 2>&1; then
+      ip netns exec "strom-$tag-$arg" nft delete table inet strom_chaos
+    fi
+    ;;
+  netem)
+    shift 3
+    ip netns exec "strom-$tag-$arg" tc qdisc replace dev eth0 root netem "$@"
+    ;;
+  unnetem) ip netns exec "strom-$tag-$arg" tc qdisc del dev eth0 root 2>/dev/null || true ;;
+  heal-all)
+    for i in $(seq 1 "$arg"); do
+      ip link set "sv$tag$i" up
+      if command -v nft >/dev/null && ip netns exec "strom-$tag-$i" nft list table inet strom_chaos >/dev/null 2>&1; then
+        ip netns exec "strom-$tag-$i" nft delete table inet strom_chaos
+      fi
+      ip netns exec "strom-$tag-$i" tc qdisc del dev eth0 root 2>/dev/null || true
+    done
+    ;;
+  *) echo "usage: netns.sh up|cut|heal|down|drop|undrop|netem|unnetem|heal-all TAG N|I [...]" >&2; exit 2 ;;
 esac
