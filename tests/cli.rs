@@ -9,13 +9,16 @@ use std::time::Duration;
 use common::{wait_for, BIN};
 use serde_json::Value;
 
-/// A base port with `n` free consecutive ports above it.
+/// A base port with `n` free consecutive ports above it, below the kernel's
+/// ephemeral range (32768+): bind(0) hands out ports there, and client
+/// connections hold ports next to them, so consecutive ports there were often taken.
 fn free_range(n: u16, avoid: &[u16]) -> u16 {
-    let mut candidates: Vec<u16> = common::free_ports(8);
-    candidates.retain(|p| *p < 60000 && avoid.iter().all(|a| p.abs_diff(*a) > 10));
-    for base in candidates {
-        let ok = (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok());
-        if ok {
+    for _ in 0..500 {
+        let base = 10_000 + rand::random::<u16>() % 20_000;
+        if avoid.iter().any(|a| base.abs_diff(*a) < 16) {
+            continue;
+        }
+        if (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
             return base;
         }
     }
