@@ -139,14 +139,7 @@ def steps(trajectory, initial, final):
 def run(args, cluster):
     topic = "balance"
     count = args.partitions
-    cluster.create_topic(topic, partitions=count, rf=RF)
-    cluster.wait_topic(topic, count, timeout=120)
-    per_partition = max(1, args.mb * MB // args.record_size // count)
-    took = ch.fill(cluster.bootstrap, topic, count, per_partition, args.record_size, args.timeout)
-    payload = per_partition * count * args.record_size
-    print(f"filled: {count} partitions x {per_partition} records of {args.record_size} B = {payload / MB:.0f} MB "
-          f"in {took:.1f} s", flush=True)
-    before = ch.wait_fully_replicated(cluster, topic, RF, count, args.timeout, records=per_partition)
+    per_partition, payload, before = ch.create_filled(cluster, topic, args, RF)
     controller = ch.controller_id(cluster)
     harness.wait_for("the balancer to plan nothing before brokers join", 60,
                      lambda: cluster.get(controller, "/v1/balancer", timeout=5)[1]["moves"] == [], interval=0.2)

@@ -150,6 +150,22 @@ def fill(bootstrap, topic, partitions, per_partition, record_size, timeout):
     return time.perf_counter() - t
 
 
+def create_filled(cluster, topic, args, rf):
+    """Creates `topic` (args.partitions partitions, RF rf), fills it with args.mb MB of
+    args.record_size records, the same count in every partition, and waits until every
+    ISR is full: (records per partition, payload bytes, the partitions as then)."""
+    count = args.partitions
+    cluster.create_topic(topic, partitions=count, rf=rf)
+    cluster.wait_topic(topic, count, timeout=120)
+    per_partition = max(1, args.mb * MB // args.record_size // count)
+    took = fill(cluster.bootstrap, topic, count, per_partition, args.record_size, args.timeout)
+    payload = per_partition * count * args.record_size
+    print(f"filled: {count} partitions x {per_partition} records of {args.record_size} B = {payload / MB:.0f} MB "
+          f"in {took:.1f} s ({payload / MB / took:.0f} MB/s, acks=all)", flush=True)
+    before = wait_fully_replicated(cluster, topic, rf, count, args.timeout, records=per_partition)
+    return per_partition, payload, before
+
+
 def read_counts(bootstrap, topic, expected, timeout):
     """Reads partitions `expected` ({partition: records}) from offset 0 with one consumer
     until each has given its count or the deadline passes; {partition: records read}."""

@@ -5,9 +5,9 @@
 //! Readiness (`/ready`) is derived from the applied image: this broker is
 //! registered with its current incarnation and unfenced.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use strom_raft::{BrokerState, Quorum};
 use tokio::sync::watch;
@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use crate::controller::client::ControllerClient;
 use crate::controller::protocol::{ControllerRequest, ControllerResponse};
 use crate::replication::manager::ReplicaManager;
+use crate::replication::partition::now_ms;
 
 /// How often a heartbeat carries the sizes of the partitions this broker leads.
 const SIZES_EVERY: Duration = Duration::from_secs(5);
@@ -35,7 +36,7 @@ pub struct BrokerLifecycle {
     /// long, the broker takes no writes (it has likely been fenced).
     session_timeout: Duration,
     /// When the controller last answered a registration or heartbeat.
-    last_contact: std::sync::Mutex<Instant>,
+    last_contact_ms: AtomicI64,
     out_of_touch: AtomicBool,
     quorum: Arc<Quorum>,
     client: Arc<ControllerClient>,
@@ -71,7 +72,7 @@ impl BrokerLifecycle {
             rack,
             heartbeat_interval,
             session_timeout,
-            last_contact: std::sync::Mutex::new(Instant::now()),
+            last_contact_ms: AtomicI64::new(now_ms()),
             out_of_touch: AtomicBool::new(false),
             quorum,
             client,
@@ -151,7 +152,7 @@ impl BrokerLifecycle {
 
     /// The controller answered.
     fn touched(&self) {
-        *self.last_contact.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        self.last_contact_ms.store(now_ms(), Ordering::Release);
         if self.out_of_touch.swap(false, Ordering::AcqRel) {
             tracing::info!(broker_id = self.broker_id, "the controller answers again: taking writes");
         }
@@ -163,7 +164,8 @@ impl BrokerLifecycle {
     /// commit) and answers NOT_LEADER_OR_FOLLOWER, which sends clients to
     /// fresh metadata.
     pub fn out_of_touch(&self) -> bool {
-        let silent = self.last_contact.lock().unwrap_or_else(|e| e.into_inner()).elapsed();
+        let silent =
+            Duration::from_millis(now_ms().saturating_sub(self.last_contact_ms.load(Ordering::Acquire)).max(0) as u64);
         let out = silent > self.session_timeout;
         if out && !self.out_of_touch.swap(true, Ordering::AcqRel) {
             tracing::warn!(

@@ -15,14 +15,7 @@ start_cluster 4 --set broker.heartbeat.interval.ms=200 --set broker.session.time
   --set leader.imbalance.check.interval.seconds=5
 CONTROLLER=$(controller 1)
 say "cluster up, bootstrap $BOOTSTRAP; controller is broker $CONTROLLER"
-api 1 /v1/topics -X POST -d "{\"name\":\"$TOPIC\",\"partitions\":$PARTITIONS,\"replication_factor\":3,\"configs\":{\"min.insync.replicas\":\"2\"}}" >/dev/null \
-  || fail "could not create the topic"
-wait_until "leaders for every partition" 10 sh -c "curl -sf http://$(admin 1)/v1/topics/$TOPIC | jq -e '[.partitions[].high_watermark] | all(. != null)'"
-say "topic $TOPIC: $PARTITIONS partitions, RF 3, min.insync.replicas 2"
-
-start_producer 300 500 "$TOPIC"
-say "producer started: acks=all, idempotent, 500 records/s until the end"
-sleep 2
+topic_under_load
 
 # The node to retire: a voter that is not the controller (broker 3, or 2 when 3
 # is the controller), so that taking it out of the voters moves no quorum

@@ -135,6 +135,19 @@ add_node() {
 # start_producer SECONDS RATE TOPIC: the demo's idempotent acks=all producer, in
 # the background, writing acknowledged records to $DEMO_DIR/acked.txt; it runs
 # until stop_producer (or SECONDS, a cap).
+# topic_under_load: creates $TOPIC ($PARTITIONS partitions, RF 3,
+# min.insync.replicas 2), waits for its leaders, and starts the demo's producer
+# (acks=all, idempotent, 500 records/s) for a couple of seconds of load first.
+topic_under_load() {
+  api 1 /v1/topics -X POST -d "{\"name\":\"$TOPIC\",\"partitions\":$PARTITIONS,\"replication_factor\":3,\"configs\":{\"min.insync.replicas\":\"2\"}}" >/dev/null \
+    || fail "could not create the topic"
+  wait_until "leaders for every partition" 10 sh -c "curl -sf http://$(admin 1)/v1/topics/$TOPIC | jq -e '[.partitions[].high_watermark] | all(. != null)'"
+  say "topic $TOPIC: $PARTITIONS partitions, RF 3, min.insync.replicas 2"
+  start_producer 300 500 "$TOPIC"
+  say "producer started: acks=all, idempotent, 500 records/s until the end"
+  sleep 2
+}
+
 start_producer() {
   "$PYTHON" "$(dirname "${BASH_SOURCE[0]}")/client.py" produce "$BOOTSTRAP" "$3" "$1" "$2" "$DEMO_DIR/acked.txt" \
     > "$DEMO_DIR/producer.out" 2>&1 &

@@ -9,14 +9,7 @@ TOPIC=orders PARTITIONS=12
 say "starting a 3-node cluster"
 start_cluster 3 --set broker.heartbeat.interval.ms=200 --set broker.session.timeout.ms=1500
 say "cluster up, bootstrap $BOOTSTRAP; controller is broker $(controller 1)"
-api 1 /v1/topics -X POST -d "{\"name\":\"$TOPIC\",\"partitions\":$PARTITIONS,\"replication_factor\":3,\"configs\":{\"min.insync.replicas\":\"2\"}}" >/dev/null \
-  || fail "could not create the topic"
-wait_until "leaders for every partition" 10 sh -c "curl -sf http://$(admin 1)/v1/topics/$TOPIC | jq -e '[.partitions[].high_watermark] | all(. != null)'"
-say "topic $TOPIC: $PARTITIONS partitions, RF 3, min.insync.replicas 2"
-
-start_producer 300 500 "$TOPIC"
-say "producer started: acks=all, idempotent, 500 records/s until the end"
-sleep 2
+topic_under_load
 say "replicas and leaders per broker:"
 broker_table 1
 api 1 /v1/topics/$TOPIC | jq -c '[.partitions[] | {p: .partition, r: .replicas}]' > "$DEMO_DIR/before.json"

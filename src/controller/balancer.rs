@@ -458,7 +458,7 @@ mod tests {
 
     use super::*;
     use crate::controller::reassignment;
-    use crate::controller::test_support::image_with_racks;
+    use crate::controller::test_support::{add_topic, image_with_racks};
 
     fn apply(image: &mut MetadataImage, record: &MetadataRecord) {
         image.apply(record).expect("the record applies");
@@ -473,19 +473,7 @@ mod tests {
     fn racked(racks: &[(i32, Option<&str>)], partitions: &[Vec<i32>]) -> MetadataImage {
         let all: Vec<i32> = racks.iter().map(|(b, _)| *b).collect();
         let mut img = image_with_racks(racks, &all);
-        apply(&mut img, &MetadataRecord::Topic { name: "t".into(), topic_id: TopicId(5) });
-        for (i, r) in partitions.iter().enumerate() {
-            apply(
-                &mut img,
-                &MetadataRecord::Partition {
-                    topic_id: TopicId(5),
-                    partition: i as i32,
-                    replicas: r.clone(),
-                    isr: r.clone(),
-                    leader: r.first().copied(),
-                },
-            );
-        }
+        add_topic(&mut img, "t", TopicId(5), partitions);
         img
     }
 

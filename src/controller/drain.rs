@@ -165,7 +165,7 @@ mod tests {
     use strom_raft::{BrokerState, TopicId};
 
     use super::*;
-    use crate::controller::test_support::image_with_brokers;
+    use crate::controller::test_support::{add_topic, image_with_brokers};
 
     fn apply(image: &mut MetadataImage, records: &[MetadataRecord]) {
         for r in records {
@@ -177,19 +177,7 @@ mod tests {
     /// the first replica, all in sync.
     fn image(partitions: &[Vec<i32>]) -> MetadataImage {
         let mut image = image_with_brokers(1..=4, &[1, 2, 3, 4]);
-        apply(&mut image, &[MetadataRecord::Topic { name: "t".into(), topic_id: TopicId(3) }]);
-        for (i, replicas) in partitions.iter().enumerate() {
-            apply(
-                &mut image,
-                &[MetadataRecord::Partition {
-                    topic_id: TopicId(3),
-                    partition: i as i32,
-                    replicas: replicas.clone(),
-                    isr: replicas.clone(),
-                    leader: replicas.first().copied(),
-                }],
-            );
-        }
+        add_topic(&mut image, "t", TopicId(3), partitions);
         image
     }
 
@@ -246,19 +234,7 @@ mod tests {
         // but a replica of rack b must stay in rack b.
         let racks = [(1, Some("a")), (2, Some("a")), (3, Some("b")), (4, Some("b")), (5, Some("c"))];
         let mut img = crate::controller::test_support::image_with_racks(&racks, &[1, 2, 3, 4, 5]);
-        apply(&mut img, &[MetadataRecord::Topic { name: "t".into(), topic_id: TopicId(3) }]);
-        for (i, replicas) in [vec![1, 3, 5], vec![2, 4, 1]].iter().enumerate() {
-            apply(
-                &mut img,
-                &[MetadataRecord::Partition {
-                    topic_id: TopicId(3),
-                    partition: i as i32,
-                    replicas: replicas.clone(),
-                    isr: replicas.clone(),
-                    leader: replicas.first().copied(),
-                }],
-            );
-        }
+        add_topic(&mut img, "t", TopicId(3), &[vec![1, 3, 5], vec![2, 4, 1]]);
         let moves = moves_off(&img, &BTreeSet::from([3]), 4);
         apply(&mut img, &moves);
         assert_eq!(img.topics["t"].partitions[&0].target_replicas(), vec![1, 4, 5], "3's rack b goes to 4");

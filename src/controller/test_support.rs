@@ -1,6 +1,6 @@
 //! Metadata images for the controller's unit tests.
 
-use strom_raft::{BrokerState, MetadataImage, MetadataRecord};
+use strom_raft::{BrokerState, MetadataImage, MetadataRecord, TopicId};
 
 /// An image with brokers `registered` registered (fenced) and `active` of them unfenced.
 pub fn image_with_brokers(registered: impl IntoIterator<Item = i32>, active: &[i32]) -> MetadataImage {
@@ -27,4 +27,20 @@ pub fn image_with_racks(registered: &[(i32, Option<&str>)], active: &[i32]) -> M
         }
     }
     img
+}
+
+/// Adds topic `name` with one partition per replica list, each led by its
+/// first replica with every replica in sync.
+pub fn add_topic(img: &mut MetadataImage, name: &str, topic_id: TopicId, partitions: &[Vec<i32>]) {
+    img.apply(&MetadataRecord::Topic { name: name.into(), topic_id }).expect("topic");
+    for (i, replicas) in partitions.iter().enumerate() {
+        img.apply(&MetadataRecord::Partition {
+            topic_id,
+            partition: i as i32,
+            replicas: replicas.clone(),
+            isr: replicas.clone(),
+            leader: replicas.first().copied(),
+        })
+        .expect("partition");
+    }
 }

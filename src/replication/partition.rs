@@ -280,6 +280,11 @@ impl Partition {
         st.is_leader = false;
         st.followers.clear();
         drop(st);
+        self.wake_waiters();
+    }
+
+    /// Waiters on the high watermark and the log end re-check their role.
+    fn wake_waiters(&self) {
         self.high_watermark_tx.send_modify(|_| {});
         self.log_end_tx.send_modify(|_| {});
     }
@@ -294,9 +299,7 @@ impl Partition {
         st.is_leader = false;
         st.leader_epoch = leader_epoch;
         st.partition_epoch = partition_epoch;
-        // Waiters re-check their role.
-        self.high_watermark_tx.send_modify(|_| {});
-        self.log_end_tx.send_modify(|_| {});
+        self.wake_waiters();
     }
 
     /// Where a follower fetches from, or `None` on the leader.

@@ -68,6 +68,9 @@ pub struct ProduceInFlight {
 pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> ProduceInFlight {
     let acks = request.acks;
     let acks_all = acks == -1;
+    // `unsafe.ack.before.commit` (a negative control for the fault harness,
+    // never for use) answers acks=all without waiting for the high watermark.
+    let wait_commit = acks_all && !ctx.settings.bool("unsafe.ack.before.commit");
     let started = Instant::now();
     let wait = Duration::from_millis(request.timeout_ms.max(0) as u64).min(ACKS_ALL_WAIT_MAX);
     let transactional = request.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty());
@@ -111,9 +114,7 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
             let mut buf = records.to_vec();
             match partition.append_as_leader(&mut buf, acks_all) {
                 Ok(r) => {
-                    // `unsafe.ack.before.commit` (a negative control for the
-                    // fault harness, never for use): answer without waiting.
-                    if acks_all && !ctx.settings.bool("unsafe.ack.before.commit") {
+                    if wait_commit {
                         pending.push((t, p, partition.clone(), r.last_offset, r.leader_epoch));
                     }
                     partitions.push(
