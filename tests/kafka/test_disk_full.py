@@ -68,7 +68,12 @@ def test_a_full_data_directory_refuses_writes_serves_reads_and_recovers(small_fs
         cluster.kill(1)
         cluster.launch(1)
         cluster.wait_ready()
-        p = cluster.topic("filled")["partitions"][0]
+
+        def leader_view():
+            p = cluster.topic("filled")["partitions"][0]
+            return p if p["high_watermark"] is not None else None
+
+        p = wait_for("the restarted leader's view of its log", 30, leader_view)
         assert (p["log_start_offset"], p["high_watermark"]) == (start, written), p
         err, hw, records = wire.fetch(cluster.node(1).kafka_addr, "filled", 0, start)
         assert (err, hw) == (0, written) and records

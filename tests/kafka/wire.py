@@ -228,9 +228,15 @@ def pick_version(versions, api_key, lo, hi):
 
 # ---- record batches ---------------------------------------------------------------------
 
-def record_batch(records, base_timestamp=0):
-    """An uncompressed magic-2 batch; records = [(key, value)] (bytes or None)."""
+def record_batch(records, base_timestamp=None):
+    """An uncompressed magic-2 batch; records = [(key, value)] (bytes or None), stamped with
+    base_timestamp (ms), by default now: a batch from 1970 is older than any retention.ms and
+    the next retention check deletes its segment."""
     import crc32c
+    import time
+
+    if base_timestamp is None:
+        base_timestamp = int(time.time() * 1000)
 
     body = bytearray()
     for i, (key, value) in enumerate(records):
