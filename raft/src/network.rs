@@ -41,7 +41,8 @@ fn wire_error<E: std::error::Error>(e: RpcError) -> RPCError<NodeId, BasicNode, 
 
 impl PeerClient {
     async fn call(&mut self, req: RpcRequest, option: &RPCOption) -> Result<RpcResponse, RpcError> {
-        self.conn.call(&req, option.hard_ttl()).await
+        // Within openraft's soft limit: its own timeout (the hard limit) cancels the call.
+        self.conn.call(&req, option.soft_ttl()).await
     }
 }
 

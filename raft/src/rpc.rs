@@ -87,6 +87,13 @@ pub async fn read_frame(stream: &mut TcpStream) -> Result<Option<Vec<u8>>, RpcEr
 
 /// One outbound connection, opened lazily and dropped after any error so the
 /// next call starts clean.
+///
+/// A call holds the stream only while it runs and gives it back after a whole
+/// answer. A call cancelled midway (its caller's own timeout: openraft wraps
+/// every RPC in one of the same length) drops the connection with it. Kept
+/// instead, the stream would hold the cancelled call's answer, and the next
+/// call would read that answer as its own: a stale AppendEntries success or
+/// conflict credited to a later request.
 #[derive(Debug)]
 pub struct Connection {
     addr: String,
@@ -102,35 +109,33 @@ impl Connection {
         &self.addr
     }
 
-    async fn connect(&mut self) -> Result<&mut TcpStream, RpcError> {
-        if self.stream.is_none() {
-            let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
-                .await
-                .map_err(|_| RpcError::ConnectTimeout(self.addr.clone()))?
-                .map_err(|source| RpcError::Connect { addr: self.addr.clone(), source })?;
-            stream.set_nodelay(true)?;
-            self.stream = Some(stream);
+    /// The idle stream, taken out of the connection, or a new one.
+    async fn take_or_connect(&mut self) -> Result<TcpStream, RpcError> {
+        if let Some(stream) = self.stream.take() {
+            return Ok(stream);
         }
-        self.stream.as_mut().ok_or(RpcError::UnexpectedResponse)
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| RpcError::ConnectTimeout(self.addr.clone()))?
+            .map_err(|source| RpcError::Connect { addr: self.addr.clone(), source })?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
     }
 
     /// Sends `request` and waits for its response, all within `timeout`.
     pub async fn call(&mut self, request: &RpcRequest, timeout: Duration) -> Result<RpcResponse, RpcError> {
         let payload = codec::encode(request)?;
-        let result = tokio::time::timeout(timeout, async {
-            let stream = self.connect().await?;
-            write_frame(stream, &payload).await?;
-            match read_frame(stream).await? {
-                Some(frame) => Ok(codec::decode::<RpcResponse>(&frame)?),
+        let exchange = async {
+            let mut stream = self.take_or_connect().await?;
+            write_frame(&mut stream, &payload).await?;
+            match read_frame(&mut stream).await? {
+                Some(frame) => Ok((stream, codec::decode::<RpcResponse>(&frame)?)),
                 None => Err(RpcError::Io(std::io::ErrorKind::UnexpectedEof.into())),
             }
-        })
-        .await
-        .unwrap_or(Err(RpcError::Timeout(timeout)));
-        if result.is_err() {
-            self.stream = None;
-        }
-        result
+        };
+        let (stream, response) = tokio::time::timeout(timeout, exchange).await.unwrap_or(Err(RpcError::Timeout(timeout)))?;
+        self.stream = Some(stream);
+        Ok(response)
     }
 
     /// Sends an application request and returns the application's answer.
@@ -139,5 +144,48 @@ impl Connection {
             RpcResponse::App(bytes) => Ok(bytes),
             _ => Err(RpcError::UnexpectedResponse),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A peer that answers each `App` request with its own bytes, the first one late.
+    async fn slow_first_echo() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut first = true;
+                    while let Ok(Some(frame)) = read_frame(&mut stream).await {
+                        let RpcRequest::App(bytes) = codec::decode(&frame).expect("request") else { return };
+                        if std::mem::take(&mut first) {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        let answer = codec::encode(&RpcResponse::App(bytes)).expect("encode");
+                        if write_frame(&mut stream, &answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn a_call_cancelled_by_its_caller_leaves_no_answer_for_the_next_call() {
+        let mut conn = Connection::new(slow_first_echo().await);
+        // The caller gives up first, as openraft's own timeout around an RPC does.
+        let cancelled = tokio::time::timeout(Duration::from_millis(50), conn.call_app(b"first".to_vec(), Duration::from_secs(5))).await;
+        assert!(cancelled.is_err(), "the slow call was not cancelled");
+        let answer = conn.call_app(b"second".to_vec(), Duration::from_secs(5)).await.expect("second call");
+        assert_eq!(answer, b"second", "the second call read the cancelled call's answer");
+        // And the connection is reused once an answer came back whole.
+        assert!(conn.stream.is_some());
+        assert_eq!(conn.call_app(b"third".to_vec(), Duration::from_secs(5)).await.expect("third call"), b"third");
     }
 }
