@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, InitializeError, RaftError};
 use openraft::{BasicNode, ChangeMembers, RaftMetrics, ServerState, SnapshotPolicy};
@@ -17,7 +17,7 @@ use crate::image::MetadataImage;
 use crate::log_store::LogStore;
 use crate::network::NetworkFactory;
 use crate::records::MetadataRecord;
-use crate::server::{self, AppHandler};
+use crate::server::{self, AppHandler, LeaderContact};
 use crate::state_machine::{AppliedImage, StateMachine};
 use crate::types::{MetaCommand, NodeId, Raft};
 
@@ -67,6 +67,7 @@ pub struct Quorum {
     raft: Raft,
     applied: watch::Receiver<AppliedImage>,
     server: JoinHandle<()>,
+    contact: LeaderContact,
 }
 
 impl Quorum {
@@ -100,9 +101,10 @@ impl Quorum {
         let listener = TcpListener::bind(&config.raft_addr)
             .await
             .map_err(|source| QuorumError::Bind { addr: config.raft_addr.clone(), source })?;
-        let server = tokio::spawn(server::serve(listener, raft.clone(), app));
+        let contact = LeaderContact::default();
+        let server = tokio::spawn(server::serve(listener, raft.clone(), app, contact.clone()));
 
-        let quorum = Self { node_id: config.node_id, voters: config.voters.clone(), raft, applied, server };
+        let quorum = Self { node_id: config.node_id, voters: config.voters.clone(), raft, applied, server, contact };
         if config.voters.contains_key(&config.node_id) {
             quorum.bootstrap().await?;
         }
@@ -232,6 +234,12 @@ impl Quorum {
 
     pub fn metrics(&self) -> RaftMetrics<NodeId, BasicNode> {
         self.raft.metrics().borrow().clone()
+    }
+
+    /// The previous quorum leader and when this node last heard from it
+    /// (None before any other leader was heard since this node started).
+    pub fn previous_leader_contact(&self) -> Option<(NodeId, Instant)> {
+        self.contact.latest_other_than(self.node_id)
     }
 
     pub fn leader(&self) -> Option<NodeId> {

@@ -5,16 +5,18 @@
 //! logged; other connections are unaffected. Connections are bounded by
 //! [`MAX_CONNECTIONS`].
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::codec;
 use crate::rpc::{read_frame, write_frame, RpcError, RpcRequest, RpcResponse};
-use crate::types::Raft;
+use crate::types::{NodeId, Raft};
 
 /// The most inbound quorum connections served at once.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -24,8 +26,27 @@ pub trait AppHandler: Send + Sync + 'static {
     fn handle(&self, request: Vec<u8>) -> Pin<Box<dyn Future<Output = Vec<u8>> + Send + '_>>;
 }
 
+/// When this node last heard from each quorum leader: the arrival of its
+/// latest AppendEntries (a leader's heartbeats are AppendEntries too). A new
+/// controller reads it to know how long its predecessor has been silent.
+#[derive(Debug, Clone, Default)]
+pub struct LeaderContact(Arc<Mutex<HashMap<NodeId, Instant>>>);
+
+impl LeaderContact {
+    fn heard(&self, leader: NodeId) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(leader, Instant::now());
+    }
+
+    /// The leader other than `me` heard from last, with when: the previous
+    /// leader, as seen from `me` when `me` has just been elected.
+    pub fn latest_other_than(&self, me: NodeId) -> Option<(NodeId, Instant)> {
+        let heard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        heard.iter().filter(|(id, _)| **id != me).max_by_key(|(_, at)| **at).map(|(id, at)| (*id, *at))
+    }
+}
+
 /// Serves quorum RPC on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, raft: Raft, app: Arc<dyn AppHandler>) {
+pub async fn serve(listener: TcpListener, raft: Raft, app: Arc<dyn AppHandler>, contact: LeaderContact) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -39,8 +60,9 @@ pub async fn serve(listener: TcpListener, raft: Raft, app: Arc<dyn AppHandler>) 
         let Ok(permit) = limit.clone().acquire_owned().await else { return };
         let raft = raft.clone();
         let app = app.clone();
+        let contact = contact.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, raft, app).await {
+            if let Err(e) = serve_connection(stream, raft, app, contact).await {
                 tracing::debug!(%peer, error = %e, "raft connection closed");
             }
             drop(permit);
@@ -48,12 +70,22 @@ pub async fn serve(listener: TcpListener, raft: Raft, app: Arc<dyn AppHandler>) 
     }
 }
 
-async fn serve_connection(mut stream: TcpStream, raft: Raft, app: Arc<dyn AppHandler>) -> Result<(), RpcError> {
+async fn serve_connection(
+    mut stream: TcpStream,
+    raft: Raft,
+    app: Arc<dyn AppHandler>,
+    contact: LeaderContact,
+) -> Result<(), RpcError> {
     stream.set_nodelay(true)?;
     while let Some(frame) = read_frame(&mut stream).await? {
         let request: RpcRequest = codec::decode(&frame)?;
         let response = match request {
-            RpcRequest::AppendEntries(r) => RpcResponse::AppendEntries(raft.append_entries(r).await),
+            RpcRequest::AppendEntries(r) => {
+                if let Some(leader) = r.vote.leader_id().voted_for() {
+                    contact.heard(leader);
+                }
+                RpcResponse::AppendEntries(raft.append_entries(r).await)
+            }
             RpcRequest::InstallSnapshot(r) => RpcResponse::InstallSnapshot(raft.install_snapshot(r).await),
             RpcRequest::Vote(r) => RpcResponse::Vote(raft.vote(r).await),
             RpcRequest::App(bytes) => RpcResponse::App(app.handle(bytes).await),

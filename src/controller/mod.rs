@@ -445,7 +445,9 @@ impl Controller {
         // Live brokers find the new controller within a heartbeat or two.
         let heartbeat = Duration::from_millis(self.settings.u64("broker.heartbeat.interval.ms"));
         let grace = (heartbeat * 3).max(Duration::from_secs(1));
-        self.liveness().reset(&quorum.image(), Instant::now(), grace);
+        let predecessor =
+            quorum.previous_leader_contact().and_then(|(id, heard)| Some((i32::try_from(id).ok()?, heard)));
+        self.liveness().reset(&quorum.image(), Instant::now(), grace, predecessor);
         self.moves_started.store(0, Ordering::Release);
         self.active.store(true, Ordering::Release);
         tracing::info!(broker_id = self.broker_id, term = quorum.metrics().current_term, "elected controller");
