@@ -133,7 +133,8 @@ impl Connection {
                 None => Err(RpcError::Io(std::io::ErrorKind::UnexpectedEof.into())),
             }
         };
-        let (stream, response) = tokio::time::timeout(timeout, exchange).await.unwrap_or(Err(RpcError::Timeout(timeout)))?;
+        let (stream, response) =
+            tokio::time::timeout(timeout, exchange).await.unwrap_or(Err(RpcError::Timeout(timeout)))?;
         self.stream = Some(stream);
         Ok(response)
     }
@@ -180,7 +181,9 @@ mod tests {
     async fn a_call_cancelled_by_its_caller_leaves_no_answer_for_the_next_call() {
         let mut conn = Connection::new(slow_first_echo().await);
         // The caller gives up first, as openraft's own timeout around an RPC does.
-        let cancelled = tokio::time::timeout(Duration::from_millis(50), conn.call_app(b"first".to_vec(), Duration::from_secs(5))).await;
+        let cancelled =
+            tokio::time::timeout(Duration::from_millis(50), conn.call_app(b"first".to_vec(), Duration::from_secs(5)))
+                .await;
         assert!(cancelled.is_err(), "the slow call was not cancelled");
         let answer = conn.call_app(b"second".to_vec(), Duration::from_secs(5)).await.expect("second call");
         assert_eq!(answer, b"second", "the second call read the cancelled call's answer");
