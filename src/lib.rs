@@ -21,6 +21,7 @@
 
 pub mod admin;
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod controller;

@@ -12,10 +12,10 @@ use std::time::Duration;
 use strom_raft::{BrokerState, Quorum};
 use tokio::sync::watch;
 
+use crate::clock::mono_ms;
 use crate::controller::client::ControllerClient;
 use crate::controller::protocol::{ControllerRequest, ControllerResponse};
 use crate::replication::manager::ReplicaManager;
-use crate::replication::partition::now_ms;
 
 /// How often a heartbeat carries the sizes of the partitions this broker leads.
 const SIZES_EVERY: Duration = Duration::from_secs(5);
@@ -72,7 +72,7 @@ impl BrokerLifecycle {
             rack,
             heartbeat_interval,
             session_timeout,
-            last_contact_ms: AtomicI64::new(now_ms()),
+            last_contact_ms: AtomicI64::new(mono_ms()),
             out_of_touch: AtomicBool::new(false),
             quorum,
             client,
@@ -152,7 +152,7 @@ impl BrokerLifecycle {
 
     /// The controller answered.
     fn touched(&self) {
-        self.last_contact_ms.store(now_ms(), Ordering::Release);
+        self.last_contact_ms.store(mono_ms(), Ordering::Release);
         if self.out_of_touch.swap(false, Ordering::AcqRel) {
             tracing::info!(broker_id = self.broker_id, "the controller answers again: taking writes");
         }
@@ -165,7 +165,7 @@ impl BrokerLifecycle {
     /// fresh metadata.
     pub fn out_of_touch(&self) -> bool {
         let silent =
-            Duration::from_millis(now_ms().saturating_sub(self.last_contact_ms.load(Ordering::Acquire)).max(0) as u64);
+            Duration::from_millis(mono_ms().saturating_sub(self.last_contact_ms.load(Ordering::Acquire)).max(0) as u64);
         let out = silent > self.session_timeout;
         if out && !self.out_of_touch.swap(true, Ordering::AcqRel) {
             tracing::warn!(

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
-use super::partition::now_ms;
+use crate::clock::mono_ms;
 
 /// How long a reading of the free space is reused.
 const RECHECK_MS: i64 = 100;
@@ -38,7 +38,7 @@ impl DiskGuard {
     /// Bytes free for this process in the log directory's file system (as of
     /// at most [`RECHECK_MS`] ago); `u64::MAX` when it cannot be read.
     pub fn free_bytes(&self) -> u64 {
-        let now = now_ms();
+        let now = mono_ms();
         if now.saturating_sub(self.checked_ms.load(Ordering::Acquire)) >= RECHECK_MS {
             let free = match nix::sys::statvfs::statvfs(&self.dir) {
                 Ok(s) => s.blocks_available().saturating_mul(s.fragment_size()),

@@ -22,8 +22,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::client::KafkaConnection;
-use super::partition::{now_ms, Partition};
+use super::partition::Partition;
 use super::ReplicaManager;
+use crate::clock::mono_ms;
 
 /// Bytes per partition in one follower fetch (Kafka's `replica.fetch.max.bytes`).
 const PARTITION_FETCH_BYTES: i32 = 1024 * 1024;
@@ -238,7 +239,7 @@ impl FetcherManager {
                 .is_some_and(|r| r.is_catching_up(self.broker_id));
             let mut max_bytes = PARTITION_FETCH_BYTES;
             if catching_up {
-                match throttle.allowance(now_ms()) {
+                match throttle.allowance(mono_ms()) {
                     Some(0) => continue,
                     Some(allowed) => max_bytes = max_bytes.min(i32::try_from(allowed).unwrap_or(i32::MAX)),
                     None => {}
@@ -283,7 +284,7 @@ impl FetcherManager {
                     None => {
                         let records = r.records.unwrap_or_default();
                         if throttled.contains(&key) {
-                            throttle.record(records.len(), now_ms());
+                            throttle.record(records.len(), mono_ms());
                         }
                         p.append_as_follower(*epoch, &records, r.high_watermark)
                     }

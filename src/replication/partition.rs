@@ -9,13 +9,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::isr::{desired_isr, FollowerProgress, LeaderView};
 use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
+use crate::clock::mono_ms;
 use crate::log::batch::{split_record_set, BatchHeader};
 use crate::log::{LogConfig, LogError, PartitionLog, TimestampType};
 
@@ -122,8 +123,9 @@ pub struct Partition {
     log_end_tx: watch::Sender<i64>,
 }
 
+/// The time of day in ms ([`crate::clock::wall_ms`]): timestamps, not durations.
 pub fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    crate::clock::wall_ms()
 }
 
 /// The exact (timestamp, offset) of the first record at or after `ts` in
@@ -236,7 +238,7 @@ impl Partition {
         let mut st = self.state();
         if !st.is_leader || st.leader_epoch != leader_epoch {
             // Every follower gets a full lag period to show up.
-            let now = now_ms();
+            let now = mono_ms();
             st.followers =
                 replicas.iter().filter(|r| **r != self.broker_id).map(|r| (*r, FollowerProgress::new(now))).collect();
             tracing::info!(topic = %self.topic, partition = self.index, leader_epoch,
@@ -244,7 +246,7 @@ impl Partition {
         }
         if st.replicas != replicas {
             // A reassignment added or removed replicas: follow exactly the new set.
-            let now = now_ms();
+            let now = mono_ms();
             st.followers.retain(|b, _| replicas.contains(b));
             for r in replicas.iter().filter(|r| **r != self.broker_id) {
                 st.followers.entry(*r).or_insert_with(|| FollowerProgress::new(now));
@@ -255,7 +257,7 @@ impl Partition {
             // the images this leader saw may skip its removal and return (a
             // move away and straight back), after which what it fetched
             // before says nothing about the log it holds now.
-            let now = now_ms();
+            let now = mono_ms();
             for r in replicas.iter().filter(|r| **r != self.broker_id && !isr.contains(r)) {
                 st.followers.insert(*r, FollowerProgress::new(now));
             }
@@ -383,7 +385,7 @@ impl Partition {
             replicas: &st.replicas,
             high_watermark: st.high_watermark,
         };
-        let isr = desired_isr(view, &st.followers, now_ms(), lag_max_ms, is_active)?;
+        let isr = desired_isr(view, &st.followers, mono_ms(), lag_max_ms, is_active)?;
         Some((st.leader_epoch, st.partition_epoch, isr))
     }
 
@@ -522,7 +524,7 @@ impl Partition {
             .is_some_and(|id| !st.isr.contains(&id) && st.replicas.contains(&id) && fetch_offset >= st.high_watermark);
         let max_offset = match replica_id {
             Some(id) => {
-                let (end, now) = (st.log.log_end_offset(), now_ms());
+                let (end, now) = (st.log.log_end_offset(), mono_ms());
                 st.followers.entry(id).or_insert_with(|| FollowerProgress::new(now)).on_fetch(fetch_offset, end, now);
                 self.maybe_advance_high_watermark(&mut st);
                 end

@@ -12,9 +12,9 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 
 use super::{missing_partition_code, partition_error_code};
+use crate::clock::mono_ms;
 use crate::log::LogError;
 use crate::node::NodeContext;
-use crate::replication::partition::now_ms;
 use crate::replication::PartitionError;
 
 /// Longest long-poll, whatever the client asks.
@@ -67,7 +67,7 @@ fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> 
                             .is_some_and(|p| p.is_catching_up(id))
                     });
                     if throttled {
-                        match ctx.replicas.leader_throttle.allowance(now_ms()) {
+                        match ctx.replicas.leader_throttle.allowance(mono_ms()) {
                             Some(0) => (limit, min_one_batch) = (0, false),
                             Some(allowed) => limit = limit.min(allowed),
                             None => {}
@@ -76,7 +76,7 @@ fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> 
                     match partition.read(fp.fetch_offset, limit, min_one_batch, fp.current_leader_epoch, replica) {
                         Ok(r) => {
                             if throttled {
-                                ctx.replicas.leader_throttle.record(r.records.len(), now_ms());
+                                ctx.replicas.leader_throttle.record(r.records.len(), mono_ms());
                             }
                             if r.joins_isr {
                                 ctx.replicas.wake_isr();
