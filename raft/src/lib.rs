@@ -7,7 +7,7 @@
 //! - [`image`]: the metadata image, a pure, deterministic fold of the records.
 //! - [`codec`]: the one place that turns stored and sent values into bytes.
 //! - [`log_store`] and [`state_machine`]: openraft's storage traits over sled,
-//!   under `data-dir/meta`.
+//!   under `data-dir/meta`; [`durable`] fsyncs what sled's flush leaves unsynced.
 //! - [`rpc`], [`network`] and [`server`]: the quorum RPC transport on the
 //!   `--raft` address (framed, size-bounded, time-bounded).
 //! - [`quorum`]: starts a node's share of the quorum and is the handle the
@@ -17,6 +17,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod codec;
+pub mod durable;
 pub mod image;
 pub mod log_store;
 pub mod network;

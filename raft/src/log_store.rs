@@ -3,8 +3,8 @@
 //! Tree `log`: big-endian log index → encoded entry, so key order is log
 //! order. Tree `store`: the vote, the committed log id and the last purged
 //! log id. Every write that openraft must see as durable (vote, appended
-//! entries) is flushed before it is reported; stored bytes that fail to decode
-//! are a storage error, never "nothing there".
+//! entries) is flushed and fsynced ([`crate::durable`]) before it is reported;
+//! stored bytes that fail to decode are a storage error, never "nothing there".
 
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec;
+use crate::durable::Durable;
 use crate::types::{Entry, LogId, StorageError, TypeConfig, Vote};
 
 const KEY_VOTE: &[u8] = b"vote";
@@ -25,6 +26,7 @@ const KEY_LAST_PURGED: &[u8] = b"last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     db: sled::Db,
+    durable: Durable,
     log: sled::Tree,
     store: sled::Tree,
 }
@@ -38,8 +40,8 @@ fn write_err(e: impl std::error::Error + 'static) -> StorageError {
 }
 
 impl LogStore {
-    pub fn open(db: &sled::Db) -> Result<Self, sled::Error> {
-        Ok(Self { db: db.clone(), log: db.open_tree("log")?, store: db.open_tree("store")? })
+    pub fn open(db: &sled::Db, durable: Durable) -> Result<Self, sled::Error> {
+        Ok(Self { db: db.clone(), durable, log: db.open_tree("log")?, store: db.open_tree("store")? })
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, StorageError> {
@@ -105,7 +107,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let bytes = codec::encode(vote).map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
         self.store.insert(KEY_VOTE, bytes).map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
-        self.db.flush_async().await.map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
+        self.durable.flush(&self.db).await.map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
         Ok(())
     }
 
@@ -134,7 +136,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         }
         self.log.apply_batch(batch).map_err(write_err)?;
         // Acknowledged means durable: report only after the flush.
-        let flushed = self.db.flush_async().await.map(|_| ()).map_err(std::io::Error::other);
+        let flushed = self.durable.flush(&self.db).await;
         callback.log_io_completed(flushed);
         Ok(())
     }
@@ -146,14 +148,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             batch.remove(key);
         }
         self.log.apply_batch(batch).map_err(write_err)?;
-        self.db.flush_async().await.map_err(write_err)?;
+        self.durable.flush(&self.db).await.map_err(write_err)?;
         Ok(())
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         // Record the purge point first so a crash midway never shows a gap.
         self.put_meta(KEY_LAST_PURGED, &log_id)?;
-        self.db.flush_async().await.map_err(write_err)?;
+        self.durable.flush(&self.db).await.map_err(write_err)?;
         let mut batch = sled::Batch::default();
         for item in self.log.range(..=log_id.index.to_be_bytes()) {
             let (key, _) = item.map_err(write_err)?;

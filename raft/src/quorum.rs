@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::durable::Durable;
 use crate::image::MetadataImage;
 use crate::log_store::LogStore;
 use crate::network::NetworkFactory;
@@ -77,8 +78,9 @@ impl Quorum {
             .path(&config.meta_dir)
             .open()
             .map_err(|e| store_err(format!("cannot open (corrupt, or locked by another process?): {e}")))?;
-        let log_store = LogStore::open(&db).map_err(|e| store_err(e.to_string()))?;
-        let (state_machine, applied) = StateMachine::open(&db).map_err(|e| store_err(e.to_string()))?;
+        let durable = Durable::open(&config.meta_dir).map_err(|e| store_err(format!("cannot sync: {e}")))?;
+        let log_store = LogStore::open(&db, durable.clone()).map_err(|e| store_err(e.to_string()))?;
+        let (state_machine, applied) = StateMachine::open(&db, durable).map_err(|e| store_err(e.to_string()))?;
 
         let raft_config = openraft::Config {
             cluster_name: "strom".into(),

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::codec;
+use crate::durable::Durable;
 use crate::image::MetadataImage;
 use crate::types::{Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
 
@@ -42,6 +43,8 @@ pub struct AppliedImage {
 }
 
 pub struct StateMachine {
+    db: sled::Db,
+    durable: Durable,
     tree: sled::Tree,
     state: AppliedState,
     snapshot_seq: u64,
@@ -63,7 +66,7 @@ fn snap_err(e: impl std::error::Error + 'static) -> StorageError {
 impl StateMachine {
     /// Opens the state machine; a stored state that fails to decode is an
     /// error (a corrupt store must stop the node, not empty its metadata).
-    pub fn open(db: &sled::Db) -> Result<(Self, watch::Receiver<AppliedImage>), StorageError> {
+    pub fn open(db: &sled::Db, durable: Durable) -> Result<(Self, watch::Receiver<AppliedImage>), StorageError> {
         let tree = db.open_tree("sm").map_err(sm_read_err)?;
         let state: AppliedState = match tree.get(KEY_STATE).map_err(sm_read_err)? {
             Some(bytes) => codec::decode(&bytes).map_err(sm_read_err)?,
@@ -73,7 +76,7 @@ impl StateMachine {
             applied_index: state.last_applied.map_or(0, |l| l.index),
             image: Arc::new(state.image.clone()),
         });
-        Ok((Self { tree, state, snapshot_seq: 0, publish }, rx))
+        Ok((Self { db: db.clone(), durable, tree, state, snapshot_seq: 0, publish }, rx))
     }
 
     fn persist(&self) -> Result<(), StorageError> {
@@ -91,6 +94,8 @@ impl StateMachine {
 }
 
 pub struct SnapshotBuilder {
+    db: sled::Db,
+    durable: Durable,
     tree: sled::Tree,
     state: AppliedState,
     snapshot_id: String,
@@ -107,7 +112,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let stored = StoredSnapshot { meta: meta.clone(), data: data.clone() };
         let bytes = codec::encode(&stored).map_err(snap_err)?;
         self.tree.insert(KEY_SNAPSHOT, bytes).map_err(snap_err)?;
-        self.tree.flush_async().await.map_err(snap_err)?;
+        self.durable.flush(&self.db).await.map_err(snap_err)?;
         tracing::info!(last_log_id = ?meta.last_log_id, bytes = data.len(), "metadata snapshot built");
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) })
     }
@@ -152,6 +157,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         self.snapshot_seq += 1;
         let last = self.state.last_applied.map_or(0, |l| l.index);
         SnapshotBuilder {
+            db: self.db.clone(),
+            durable: self.durable.clone(),
             tree: self.tree.clone(),
             state: self.state.clone(),
             snapshot_id: format!("{last}-{}", self.snapshot_seq),
@@ -174,7 +181,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let stored = StoredSnapshot { meta: meta.clone(), data };
         self.tree.insert(KEY_SNAPSHOT, codec::encode(&stored).map_err(snap_err)?).map_err(snap_err)?;
         self.persist()?;
-        self.tree.flush_async().await.map_err(snap_err)?;
+        self.durable.flush(&self.db).await.map_err(snap_err)?;
         tracing::info!(last_log_id = ?meta.last_log_id, "metadata snapshot installed");
         self.publish();
         Ok(())
