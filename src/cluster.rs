@@ -234,6 +234,10 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
     std::fs::write(&tmp, text)
         .and_then(|_| std::fs::File::open(&tmp)?.sync_all())
         .and_then(|_| std::fs::rename(&tmp, path))
+        .and_then(|_| match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => std::fs::File::open(dir)?.sync_all(),
+            _ => Ok(()),
+        })
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 

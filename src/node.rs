@@ -108,9 +108,10 @@ fn check_data_dir(data_dir: &Path, node_id: u64) -> Result<(), NodeError> {
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let tmp = data_dir.join(format!("{META_PROPERTIES}.tmp"));
-            std::fs::write(&tmp, format!("version=1\nnode.id={node_id}\n"))
-                .and_then(|_| std::fs::rename(&tmp, &props))
+            // fsynced, renamed and the directory fsynced: a power loss right after
+            // the first start must not leave an empty meta.properties that no
+            // restart accepts.
+            crate::log::checkpoint::write_atomic(&props, format!("version=1\nnode.id={node_id}\n").as_bytes())
                 .map_err(|e| err(format!("cannot write {META_PROPERTIES}: {e}")))
         }
         Err(e) => Err(err(format!("cannot read {META_PROPERTIES}: {e}"))),
