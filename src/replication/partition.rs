@@ -39,6 +39,8 @@ pub enum PartitionError {
     OutOfOrderSequence { expected: i32, got: i32 },
     #[error("producer epoch is older than {current}")]
     InvalidProducerEpoch { current: i16 },
+    #[error("the high watermark {high_watermark} has not reached this leader epoch's start {epoch_start} yet")]
+    OffsetNotAvailable { high_watermark: i64, epoch_start: i64 },
     #[error(transparent)]
     Log(#[from] LogError),
 }
@@ -107,6 +109,10 @@ struct State {
     followers: HashMap<i32, FollowerProgress>,
     /// The leader epoch this follower last truncated its log for.
     truncated_for_epoch: Option<i32>,
+    /// As leader, the log end offset when this leader epoch began: until the
+    /// high watermark reaches it, the high watermark may be behind one the
+    /// previous leader already gave out (KIP-207).
+    epoch_start_offset: i64,
     producers: ProducerStateMap,
     /// `min.insync.replicas` in force for this topic.
     min_insync: usize,
@@ -198,6 +204,7 @@ impl Partition {
             replicas: Vec::new(),
             followers: HashMap::new(),
             truncated_for_epoch: None,
+            epoch_start_offset: 0,
             producers,
             min_insync: 1,
         };
@@ -237,6 +244,7 @@ impl Partition {
     pub fn become_leader(&self, leader_epoch: i32, partition_epoch: i32, isr: &[i32], replicas: &[i32]) {
         let mut st = self.state();
         if !st.is_leader || st.leader_epoch != leader_epoch {
+            st.epoch_start_offset = st.log.log_end_offset();
             // Every follower gets a full lag period to show up.
             let now = mono_ms();
             st.followers =
@@ -563,7 +571,10 @@ impl Partition {
 
     /// ListOffsets: -2 earliest, -1 latest (the high watermark), -3 the
     /// record with the largest timestamp (KIP-734), else the first record
-    /// whose timestamp is at or after `timestamp`.
+    /// whose timestamp is at or after `timestamp`. Latest is refused with
+    /// OFFSET_NOT_AVAILABLE (retriable) while a new leader's high watermark is
+    /// behind the start of its epoch: it may be lower than the one the
+    /// previous leader answered, and latest offsets must never go back.
     pub fn offset_for(&self, timestamp: i64, current_leader_epoch: i32) -> Result<(i64, i64), PartitionError> {
         let st = self.state();
         if !st.is_leader {
@@ -572,6 +583,10 @@ impl Partition {
         Self::check_epoch(&st, current_leader_epoch)?;
         match timestamp {
             -2 => Ok((-1, st.log.log_start_offset())),
+            -1 if st.high_watermark < st.epoch_start_offset => Err(PartitionError::OffsetNotAvailable {
+                high_watermark: st.high_watermark,
+                epoch_start: st.epoch_start_offset,
+            }),
             -1 => Ok((-1, st.high_watermark)),
             MAX_TIMESTAMP => match st.log.max_timestamp_batch(st.high_watermark)? {
                 Some(found) => {
@@ -707,5 +722,28 @@ mod tests {
         let r = p.read(end, 1 << 20, true, 1, Some(3)).expect("fetch");
         assert!(r.joins_isr);
         assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn a_new_leader_refuses_latest_offsets_until_its_high_watermark_reaches_its_epoch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, 0).expect("open");
+        let mut batch = build_batch(3, 1_000, &[7u8; 40]);
+        log.append_as_leader(&mut batch, 1, 0).expect("append");
+        let end = log.log_end_offset();
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        // Elected with records its old high watermark does not cover yet.
+        p.become_leader(2, 1, &[1, 2], &[1, 2]);
+        match p.offset_for(-1, -1) {
+            Err(PartitionError::OffsetNotAvailable { epoch_start, .. }) => assert_eq!(epoch_start, end),
+            other => panic!("expected OFFSET_NOT_AVAILABLE, got {other:?}"),
+        }
+        assert_eq!(partition_code(&p.offset_for(-2, -1)), 0, "earliest is answered");
+        p.read(end, 1 << 20, true, 2, Some(2)).expect("follower fetch");
+        assert_eq!(p.offset_for(-1, -1).expect("latest"), (-1, end));
+    }
+
+    fn partition_code(r: &Result<(i64, i64), PartitionError>) -> i16 {
+        r.as_ref().map_or_else(crate::kafka::handlers::partition_error_code, |_| 0)
     }
 }

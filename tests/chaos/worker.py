@@ -251,8 +251,11 @@ def final_read(bootstrap, topic, partitions, timeout_s=120):
                     ends[p] = high
                     break
                 except KafkaException:
+                    # E.g. OFFSET_NOT_AVAILABLE: a new leader's high watermark has not
+                    # reached its epoch's start yet (it must not answer a lower one).
                     if time.monotonic() > deadline:
                         raise
+                    time.sleep(0.1)
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         log = {p: [] for p in range(partitions)}
         nxt = {p: 0 for p in range(partitions)}

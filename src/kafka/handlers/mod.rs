@@ -54,6 +54,7 @@ pub fn partition_error_code(e: &PartitionError) -> i16 {
         PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
         PartitionError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
         PartitionError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        PartitionError::OffsetNotAvailable { .. } => ResponseError::OffsetNotAvailable,
         PartitionError::Log(LogError::MessageTooLarge { .. }) => ResponseError::MessageTooLarge,
         PartitionError::Log(LogError::CorruptBatch(_)) => ResponseError::CorruptMessage,
         PartitionError::Log(LogError::OffsetOutOfRange { .. }) => ResponseError::OffsetOutOfRange,
