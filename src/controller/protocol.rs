@@ -111,6 +111,26 @@ pub enum ControllerRequest {
     },
 }
 
+impl ControllerRequest {
+    /// Whether sending it again after an unknown outcome is harmless: the
+    /// controller answers a repeat as it answered the first (heartbeats,
+    /// registrations, changes checked against a partition epoch, settings
+    /// set to a value). Creating and deleting topics, adding partitions,
+    /// elections and voter changes are not: a repeat is decided against the
+    /// first and answers as if it had failed.
+    pub fn retry_safe(&self) -> bool {
+        !matches!(
+            self,
+            Self::CreateTopic { .. }
+                | Self::DeleteTopic { .. }
+                | Self::CreatePartitions { .. }
+                | Self::ElectLeader { .. }
+                | Self::AddVoter { .. }
+                | Self::RemoveVoter { .. }
+        )
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ControllerResponse {
     /// Done; the change is in the metadata log at `index` (0: nothing to write).
