@@ -181,6 +181,21 @@ impl Controller {
         }
     }
 
+    /// Waits, under the write lock, until every entry in this controller's
+    /// log is applied. An entry whose proposal timed out may still commit: a
+    /// write checked against the image without it would be decided against
+    /// a state about to change (two creates of one topic both accepted).
+    async fn settle(&self, quorum: &Quorum) -> Result<(), ApiError> {
+        let last = quorum.last_log_index();
+        if quorum.applied_index() >= last || quorum.wait_applied(last, PROPOSE_TIMEOUT).await {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorCode::RequestTimedOut,
+            format!("an earlier change (log index {last}) is still waiting for the quorum; try again"),
+        ))
+    }
+
     async fn propose(&self, quorum: &Quorum, records: Vec<MetadataRecord>) -> Result<u64, ApiError> {
         if records.is_empty() {
             return Ok(0);
@@ -300,6 +315,7 @@ impl Controller {
     /// live majority; done once the new voter set is committed.
     async fn change_voters(&self, quorum: &Quorum, node_id: u64, add: bool) -> Result<u64, ApiError> {
         let _guard = self.write_lock.lock().await;
+        self.settle(quorum).await?;
         let image = quorum.image();
         let view = voters::QuorumView {
             voters: quorum.voters().into_keys().collect(),
@@ -326,6 +342,7 @@ impl Controller {
 
     async fn admin_write(&self, quorum: &Quorum, request: ControllerRequest) -> Result<u64, ApiError> {
         let _guard = self.write_lock.lock().await;
+        self.settle(quorum).await?;
         let image = quorum.image();
         let start = rand::thread_rng().gen_range(0..image.brokers.len().max(1));
         let records = match &request {
