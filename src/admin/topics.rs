@@ -231,8 +231,25 @@ pub async fn alter_configs(
     for (k, v) in &body {
         changes.insert(k.clone(), config_value(k, v)?);
     }
-    controller_write(&ctx, ControllerRequest::AlterConfigs { name: name.clone(), changes }).await?;
-    configs(State(ctx), Path(name)).await
+    let before = ctx.quorum.image();
+    controller_write(&ctx, ControllerRequest::AlterConfigs { name: name.clone(), changes: changes.clone() }).await?;
+    let image = ctx.quorum.image();
+    let configs = match image.topics.get(&name) {
+        Some(topic) => topic.configs.clone(),
+        // A later write deleted the topic before this answer: the change was made, so
+        // answer with what it made of the configs this node knew, not 404.
+        None => {
+            let mut configs = before.topics.get(&name).map(|t| t.configs.clone()).unwrap_or_default();
+            for (key, value) in changes {
+                match value {
+                    Some(v) => configs.insert(key, v),
+                    None => configs.remove(&key),
+                };
+            }
+            configs
+        }
+    };
+    Ok(Json(json!(ctx.settings.for_broker(&image, ctx.broker_id).topic_effective(&configs))))
 }
 
 #[derive(Debug, Deserialize)]
