@@ -127,6 +127,19 @@ pub async fn find(ctx: &NodeContext, request: FindCoordinatorRequest, version: i
     r
 }
 
+/// A broker that has not heard from the controller for the session timeout
+/// may no longer lead the group's `__consumer_offsets` partition: another
+/// coordinator may have taken its groups over and taken commits this one
+/// never saw. It answers NOT_COORDINATOR rather than from what it holds, so
+/// members look the coordinator up again (as produce answers
+/// NOT_LEADER_OR_FOLLOWER there).
+fn coordinating(ctx: &NodeContext) -> Result<(), ResponseError> {
+    if ctx.lifecycle.out_of_touch() {
+        return Err(ResponseError::NotCoordinator);
+    }
+    Ok(())
+}
+
 fn partition_of(ctx: &NodeContext, group: &str) -> i32 {
     ctx.groups.partition_of(&ctx.quorum.image(), group)
 }
@@ -229,7 +242,9 @@ pub fn heartbeat(ctx: &NodeContext, r: HeartbeatRequest, version: i16) -> Heartb
     let result = if group.is_empty() {
         Err(ResponseError::InvalidGroupId)
     } else {
-        ctx.groups.heartbeat(partition_of(ctx, &group), &group, r.member_id.as_str(), instance, r.generation_id)
+        coordinating(ctx).and_then(|()| {
+            ctx.groups.heartbeat(partition_of(ctx, &group), &group, r.member_id.as_str(), instance, r.generation_id)
+        })
     };
     HeartbeatResponse::default().with_error_code(code(result.err()))
 }
@@ -335,6 +350,7 @@ fn fetch_group(
     group: &str,
     topics: Option<Vec<(StrBytes, Vec<i32>)>>,
 ) -> Result<FetchedTopics, ResponseError> {
+    coordinating(ctx)?;
     let wanted: Option<Vec<(String, i32)>> =
         topics.as_ref().map(|ts| ts.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p))).collect());
     let found = ctx.groups.fetch_offsets(partition_of(ctx, group), group, wanted.as_deref())?;
