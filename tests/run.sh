@@ -18,7 +18,7 @@ echo "== Kafka client tests (python: confluent-kafka, kafka-python, kcat)"
 tests/setup_python.sh
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 rc=0
-STROM_BIN="${STROM_BIN:-$PWD/target/debug/strom}" target/pyenv/bin/python -m pytest tests/kafka -v || rc=$?
+STROM_BIN="${STROM_BIN:-$PWD/target/debug/strom}" target/pyenv/bin/python -m pytest tests/kafka tests/chaos -v || rc=$?
 if [ "$rc" = 5 ]; then
   echo "pytest collected no Kafka client tests" >&2
   exit 1

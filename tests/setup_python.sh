@@ -8,7 +8,8 @@
 #    zstd (zstandard); gzip is in the standard library. crc32c makes
 #    kafka-python's CRC-32C of record batches native instead of pure Python.
 #    matplotlib (and its dependencies) draws the fault harness's timeline.png
-#    (tests/chaos).
+#    (tests/chaos); fusepy (pure Python over libfuse 2, which the harness
+#    installs with apt-get) runs its power-loss file system, lossyfs.
 #  - kcat (Debian package `kcat`, older releases call it `kafkacat`) through
 #    apt-get when it is missing and we are root. If it cannot be had, the
 #    tests that need it are skipped and say why (see tests/kafka/conftest.py).
@@ -44,7 +45,8 @@ numpy==2.4.6
 pillow==13.0.0
 pyparsing==3.3.3
 python-dateutil==4.0.0
-tzdata==2026.6"
+tzdata==2026.6
+fusepy==3.0.1"
 
 stamp_value=$(printf '%s\n' "$REQUIREMENTS" | sha256sum | cut -d' ' -f1)
 stamp_file=$VENV/.strom-requirements.sha256
@@ -68,7 +70,10 @@ fi
 
 # Every pinned module imports, and kafka-python sees every codec.
 "$VENV/bin/python" - <<'EOF'
+import importlib.util
 import confluent_kafka, kafka, matplotlib, pytest
+# fusepy loads libfuse 2 when imported: the harness installs that, so only look for it here.
+assert importlib.util.find_spec("fuse"), "fusepy is not installed"
 from kafka import codec
 missing = [name for name, ok in [("snappy", codec.has_snappy()), ("lz4", codec.has_lz4()),
                                  ("zstd", codec.has_zstd()), ("gzip", codec.has_gzip())] if not ok]

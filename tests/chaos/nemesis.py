@@ -8,15 +8,32 @@ later. Every nemesis draws its own faults from its own random stream (seeded wit
 overlap, as Jepsen's composed nemeses do. Targets that depend on the cluster's state
 ("the controller", "the leader of partition 3") are resolved when the fault starts, and
 the run records which nodes they were.
+
+clock, disk and power need the topology made for them (Topology(clock=, disk=, power=)):
+libfaketime preloaded into every node, every node's data on a small tmpfs, every node's
+data dir on lossyfs.
 """
 import random
+import threading
+import time
 
-IMPLEMENTED = ("kill", "pause", "partition", "netem")
-NOT_IMPLEMENTED = ("clock", "disk", "power")
+IMPLEMENTED = ("kill", "pause", "partition", "netem", "clock", "disk", "power")
+NOT_IMPLEMENTED = ()
 
-# (shortest, longest) fault, in seconds.
-FAULT_S = {"kill": (2.0, 10.0), "pause": (2.0, 10.0), "partition": (3.0, 12.0), "netem": (5.0, 15.0)}
+# (shortest, longest) fault, in seconds. A power fault's duration is how long the
+# cluster stays dark before every node is restarted.
+FAULT_S = {"kill": (2.0, 10.0), "pause": (2.0, 10.0), "partition": (3.0, 12.0), "netem": (5.0, 15.0),
+           "clock": (5.0, 20.0), "disk": (5.0, 15.0), "power": (1.0, 4.0)}
 QUIET_S = (3.0, 10.0)
+# A whole cluster restarting needs longer between power losses to show it recovered.
+QUIET_OF = {"power": (20.0, 40.0)}
+
+# The clock nemesis: one node's realtime clock jumps by OFFSET (either sign) and is held
+# there (`bump`), or flips between the true time and the offset every PERIOD (`strobe`);
+# at the heal it jumps back.
+CLOCK_MODES = ("bump", "strobe")
+CLOCK_OFFSETS_S = (2, 10, 60, 300)
+CLOCK_STROBE_PERIODS_S = (0.2, 0.5, 1.0)
 
 PARTITION_FLAVORS = ("isolate", "halves", "bridge", "one-way")
 NETEM_SPECS = (
@@ -50,6 +67,10 @@ def make_schedule(seed, minutes, nemeses, n, partitions, warmup_s=5.0):
             dur = rng.uniform(lo, hi)
             if t + dur > horizon - 2.0:
                 break
+            if name == "power":  # every node at once
+                ops.append({"nemesis": name, "at": round(t, 2), "duration": round(dur, 2), "target": {"kind": "all"}})
+                t += dur + rng.uniform(*QUIET_OF[name])
+                continue
             op = {"nemesis": name, "at": round(t, 2), "duration": round(dur, 2), "target": _anchor(rng, n, partitions)}
             order = list(range(1, n + 1))
             rng.shuffle(order)
@@ -63,8 +84,13 @@ def make_schedule(seed, minutes, nemeses, n, partitions, warmup_s=5.0):
                     op["direction"] = rng.choice(["in", "out"])
             elif name == "netem":
                 op["spec"] = rng.choice(NETEM_SPECS)
+            elif name == "clock":
+                op["mode"] = rng.choice(CLOCK_MODES)
+                op["offset_s"] = rng.choice(CLOCK_OFFSETS_S) * rng.choice([-1, 1])
+                if op["mode"] == "strobe":
+                    op["period_s"] = rng.choice(CLOCK_STROBE_PERIODS_S)
             ops.append(op)
-            t += dur + rng.uniform(*QUIET_S)
+            t += dur + rng.uniform(*QUIET_OF.get(name, QUIET_S))
     ops.sort(key=lambda o: (o["at"], o["nemesis"]))
     for i, op in enumerate(ops):
         op["id"] = i
@@ -74,7 +100,7 @@ def make_schedule(seed, minutes, nemeses, n, partitions, warmup_s=5.0):
 def describe(op):
     t = op["target"]
     who = {"node": lambda: f"node {t['node']}", "controller": lambda: "the controller",
-           "leader": lambda: f"the leader of partition {t['partition']}"}[t["kind"]]()
+           "leader": lambda: f"the leader of partition {t['partition']}", "all": lambda: "every node"}[t["kind"]]()
     extra = ""
     if op["nemesis"] in ("kill", "pause") and op.get("count", 1) > 1:
         extra = f" and {op['count'] - 1} more"
@@ -82,6 +108,12 @@ def describe(op):
         extra = f" ({op['flavor']}{' ' + op['direction'] if 'direction' in op else ''})"
     elif op["nemesis"] == "netem":
         extra = f" ({op['spec']})"
+    elif op["nemesis"] == "clock":
+        extra = f" ({op['mode']} {op['offset_s']:+d} s" + (f" every {op['period_s']:g} s)" if "period_s" in op else ")")
+    elif op["nemesis"] == "disk":
+        extra = " (disk full)"
+    elif op["nemesis"] == "power":
+        extra = " (power loss: unsynced writes dropped)"
     return f"#{op['id']:<3} {op['at']:7.2f}s +{op['duration']:5.2f}s {op['nemesis']:<9} {who}{extra}"
 
 
@@ -128,10 +160,16 @@ class Nemeses:
         self.topic = topic
         self.say = log
         self.active = {}  # op id -> runtime record
+        self.held_down = {}  # node -> kill faults on that node still on (a power restore leaves it down)
+        self.dark = False  # a power loss is on: nothing is restarted until it ends
+        self.threads = []  # (stop event, thread) of strobes and probes
+        self.strobes = {}  # op id -> (stop event, thread) of its clock strobe
 
     def _resolve(self, op):
         t = op["target"]
         node, how = None, None
+        if t["kind"] == "all":
+            return None, "every node", sorted(self.topo.nodes)
         if t["kind"] == "node":
             node, how = t["node"], "fixed"
         elif t["kind"] == "controller":
@@ -152,10 +190,13 @@ class Nemeses:
             victims = order[:op.get("count", 1)]
             for v in victims:
                 self.topo.kill(v)
+                self.held_down[v] = self.held_down.get(v, 0) + 1
             rec["nodes"] = victims
             rec["what"] = f"kill -9 node(s) {victims} ({how})"
         elif name == "pause":
             victims = [v for v in order[:op.get("count", 1)] if self.topo.nodes[v].alive()]
+            # The partitions the paused nodes lead: their clients wait out the pause (bounds.py).
+            rec["led"] = sorted(p for p, leader in self.topo.leaders(self.topic).items() if leader in victims)
             for v in victims:
                 self.topo.pause(v)
             rec["nodes"] = victims
@@ -173,8 +214,101 @@ class Nemeses:
             self.topo.netem(node, op["spec"])
             rec["nodes"] = [node]
             rec["what"] = f"netem on node {node} ({how}): {op['spec']}"
+        elif name == "clock":
+            self._start_clock(op, node, how, rec)
+        elif name == "disk":
+            self._start_disk(node, how, rec)
+        elif name == "power":
+            self._start_power(rec)
         self.active[op["id"]] = rec
         return rec
+
+    def _background(self, target, *args):
+        """Runs target(stop_event, *args) on a thread; returns (the event that stops it, the thread)."""
+        stop = threading.Event()
+        th = threading.Thread(target=target, args=(stop,) + args, daemon=True)
+        th.start()
+        self.threads.append((stop, th))
+        return stop, th
+
+    def _start_clock(self, op, node, how, rec):
+        """One node's realtime clock jumps (its libfaketime file); a strobe flips it on a thread."""
+        offset = op["offset_s"]
+        self.topo.set_clock(node, offset)
+        if op["mode"] == "strobe":
+            self.strobes[op["id"]] = self._background(self._strobe, node, offset, op["period_s"])
+        rec["nodes"] = [node]
+        rec["offset_s"] = offset
+        every = f" every {op['period_s']:g} s" if op["mode"] == "strobe" else ""
+        rec["what"] = f"clock of node {node} ({how}): {op['mode']} {offset:+d} s{every}"
+
+    def _strobe(self, stop, node, offset, period):
+        """Flips the node's clock between the offset (set at the start) and the true time."""
+        on = True
+        while not stop.wait(period):
+            on = not on
+            self.topo.set_clock(node, offset if on else 0)
+
+    def _start_disk(self, node, how, rec):
+        """One node's tmpfs filled to below storage.min.free.bytes; records the partitions
+        it leads and replicates (the ones whose writes it refuses or stops following)."""
+        t = self.topo.topic(self.topic, via=self.topo.controller()) or {"partitions": []}
+        rec["partitions_led"] = sorted(p["partition"] for p in t["partitions"] if p["leader"] == node)
+        rec["partitions_replicated"] = sorted(p["partition"] for p in t["partitions"] if node in p["replicas"])
+        rec["disk"] = self.topo.fill_disk(node)
+        rec["nodes"] = [node]
+        rec["what"] = (f"disk full on node {node} ({how}): {rec['disk']['free_after'] // 1024 // 1024} MiB free; "
+                       f"leads partitions {rec['partitions_led']}, replicates {rec['partitions_replicated']}")
+        rec["probe"] = {"what": "produce to a partition that does not exist: KAFKA_STORAGE_ERROR (56) while full"}
+        self._background(self._probe_refusal, node, rec["probe"])
+
+    def _probe_refusal(self, stop, node, out, within_s=10.0):
+        """Proof that the full node answers produce requests with an error rather than
+        holding them: a produce to a partition that cannot exist is refused with
+        KAFKA_STORAGE_ERROR (56) while the disk is full (the broker checks the disk before
+        the partition), UNKNOWN_TOPIC_OR_PARTITION (3) otherwise; nothing is ever written."""
+        import wire  # tests/kafka, on the path through topology
+        batch = wire.record_batch([(b"chaos-disk-probe", b"")])
+        t0 = time.monotonic()
+        codes = []
+        while not stop.is_set() and time.monotonic() - t0 < within_s:
+            t = time.monotonic()
+            try:
+                code, _ = wire.produce((self.topo.nodes[node].addr, 9092), self.topic, 1_000_000, batch, acks=-1,
+                                       timeout_ms=2000)
+            except Exception as e:  # noqa: BLE001 - a dead or paused node: try again
+                code = f"{type(e).__name__}: {e}"[:100]
+            out["answered_in_s"] = round(time.monotonic() - t, 3)
+            codes.append(code)
+            if code == 56:
+                out["refused_after_s"] = round(t - t0, 3)
+                break
+            stop.wait(0.2)
+        out["codes"] = codes[-10:]
+        out["refused"] = bool(codes) and codes[-1] == 56
+
+    def _isr_rejoin(self, stop, node, out, partitions, within_s=60.0):
+        """After a disk heal: how long until the node is back in the ISR of every
+        partition it replicates."""
+        t0 = time.monotonic()
+        while not stop.is_set() and time.monotonic() - t0 < within_s:
+            t = self.topo.topic(self.topic, via=self.topo.controller())
+            if t and all(node in p["isr"] for p in t["partitions"] if p["partition"] in partitions):
+                out["isr_rejoined_after_s"] = round(time.monotonic() - t0, 2)
+                return
+            stop.wait(0.5)
+        if not stop.is_set():  # (stopped: the run's final heal came first; its health check decides)
+            out["isr_rejoined_after_s"] = None
+
+    def _start_power(self, rec):
+        """Every node killed at once and its unsynced writes dropped; restarted at the stop."""
+        dropped = self.topo.power_off()
+        self.dark = True
+        rec["nodes"] = sorted(self.topo.nodes)
+        rec["dropped"] = {str(i): d for i, d in dropped.items()}
+        total = sum(d["bytes"] for d in dropped.values())
+        each = ", ".join(f"node {i}: {d['bytes'] // 1024} KiB" for i, d in dropped.items())
+        rec["what"] = f"power loss of every node: all killed at once, {total // 1024} KiB not fsynced dropped ({each})"
 
     def stop(self, op, now):
         rec = self.active.pop(op["id"], None)
@@ -183,7 +317,11 @@ class Nemeses:
         name = op["nemesis"]
         if name == "kill":
             for v in rec["nodes"]:
-                if not self.topo.nodes[v].alive():
+                self.held_down[v] -= 1
+                if not self.held_down[v]:
+                    del self.held_down[v]
+                # In the dark, the power's restore brings it back.
+                if not self.dark and not self.topo.nodes[v].alive():
                     self.topo.launch(v)
         elif name == "pause":
             for v in rec["nodes"]:
@@ -194,11 +332,39 @@ class Nemeses:
         elif name == "netem":
             for v in rec["nodes"]:
                 self.topo.unnetem(v)
+        elif name == "clock":
+            if op["id"] in self.strobes:
+                stop, th = self.strobes.pop(op["id"])
+                stop.set()
+                th.join(timeout=5)  # its last flip must not land after the reset
+            self.topo.set_clock(rec["nodes"][0], 0)
+        elif name == "disk":
+            self.topo.free_disk(rec["nodes"][0])
+            self._background(self._isr_rejoin, rec["nodes"][0], rec, set(rec["partitions_replicated"]))
+        elif name == "power":
+            self.dark = False
+            rec["restarted"] = [i for i, node in self.topo.nodes.items()
+                                if not node.alive() and i not in self.held_down]
+            for i in rec["restarted"]:
+                self.topo.launch(i)
         rec["stop"] = now
         return rec
 
     def heal_all(self):
-        """Everything back: every node running and resumed, the network whole."""
+        """Everything back: every node running and resumed, the network whole, clocks
+        true, disks with room."""
+        for stop, _ in self.threads:
+            stop.set()
+        for _, th in self.strobes.values():
+            th.join(timeout=5)
+        for nid, node in self.topo.nodes.items():
+            if node.clock_file:
+                self.topo.set_clock(nid, 0)
+            if node.tmpfs:
+                self.topo.free_disk(nid)
+        self.strobes.clear()
+        self.dark = False
+        self.held_down.clear()
         for nid, node in self.topo.nodes.items():
             if not node.alive():
                 self.topo.launch(nid)

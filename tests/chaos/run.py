@@ -1,13 +1,24 @@
 #!/usr/bin/env python3
 """Strom's fault harness: a cluster in network namespaces, a seeded schedule of faults,
-a queue workload, and a checker that proves nothing acknowledged was lost.
+workloads, and checkers: the queue (nothing acknowledged lost), a consumer group with
+churning members (offsets never back, every record consumed, no read outside one's
+assignment) and admin-API metadata operations (linearizable).
 
   python3 tests/chaos/run.py --seed S --minutes M --nemesis kill,pause,partition \\
-      [--workload queue] [--negative-control early-ack|min-isr-1] --report DIR
+      [--workload queue,groups,metadata] [--negative-control early-ack|min-isr-1|power-loss-no-flush] \\
+      --report DIR
+
+The queue workload always runs (the faults aim at its partitions' leaders); groups and
+metadata are added to it. Nemeses: kill, pause, partition, netem, clock (libfaketime
+jumps one node's realtime clock), disk (one node's data tmpfs filled below
+storage.min.free.bytes) and power (every node killed at once, what it had not fsynced
+dropped by lossyfs.py, a FUSE file system; --sync-before-faults writes back what the
+nodes wrote before the faults first).
 
 Exit 0: no anomaly; 1: anomalies found (DIR/report.json lists them); 2: usage error,
 something not implemented yet, or a machine that cannot run it (not root, no network
-namespaces, no nftables). See tests/chaos/README.md.
+namespaces, no nftables; for clock, disk, power: no libfaketime, tmpfs or FUSE). See
+tests/chaos/README.md.
 """
 import os
 import sys
@@ -36,15 +47,18 @@ import time  # noqa: E402
 
 sys.path.insert(0, HERE)
 
+import bounds  # noqa: E402
 import checker  # noqa: E402
+import groups as groups_workload  # noqa: E402
+import metadata as metadata_workload  # noqa: E402
 import nemesis as nem  # noqa: E402
 import topology  # noqa: E402
 import worker  # noqa: E402
 
-WORKLOADS = ("queue",)
-WORKLOADS_NOT_IMPLEMENTED = ("groups", "metadata")
-NEGATIVE_CONTROLS = ("early-ack", "min-isr-1")
-NEGATIVE_CONTROLS_NOT_IMPLEMENTED = ("power-loss-no-flush",)
+WORKLOADS = ("queue", "groups", "metadata")
+WORKLOADS_NOT_IMPLEMENTED = ()
+NEGATIVE_CONTROLS = ("early-ack", "min-isr-1", "power-loss-no-flush")
+NEGATIVE_CONTROLS_NOT_IMPLEMENTED = ()
 TOPIC = "chaos"
 
 
@@ -57,10 +71,24 @@ def parse(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--minutes", type=float, default=3.0, help="length of the fault phase")
-    ap.add_argument("--nemesis", default="kill,pause,partition",
-                    help=f"comma-separated: {','.join(nem.IMPLEMENTED)} (not yet: {','.join(nem.NOT_IMPLEMENTED)}); "
-                         "'none' for no faults")
-    ap.add_argument("--workload", default="queue", help="queue (not yet: groups, metadata)")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="run seeds SEED..SEED+N-1 one after another (reports in DIR/seed-S, DIR/summary.json)")
+    ap.add_argument("--nemesis", default=None,
+                    help=f"comma-separated: {','.join(nem.IMPLEMENTED)}; 'none' for no faults (default "
+                         "kill,pause,partition; power alone under --negative-control power-loss-no-flush). "
+                         "clock: libfaketime jumps one node's realtime clock; disk: fills one node's data tmpfs "
+                         "below storage.min.free.bytes; power: kills every node at once and drops what they had "
+                         "not fsynced (lossyfs), with log.flush.interval.messages=1 unless --set names a "
+                         "log.flush setting")
+    ap.add_argument("--workload", default="queue",
+                    help="comma-separated: queue (always on: the faults aim at its partitions' leaders), groups "
+                         "(a consumer group with churning members: groups.py), metadata (topic create/delete/"
+                         "config/read through the admin API of random nodes, checked for linearizability: "
+                         "metadata.py)")
+    ap.add_argument("--group-members", type=int, default=3, help="groups workload: members (default 3)")
+    ap.add_argument("--group-rate", type=float, default=100.0, help="groups workload: records/s (default 100)")
+    ap.add_argument("--metadata-clients", type=int, default=4, help="metadata workload: client threads (default 4)")
+    ap.add_argument("--metadata-topics", type=int, default=3, help="metadata workload: topics (default 3)")
     ap.add_argument("--negative-control", choices=NEGATIVE_CONTROLS + NEGATIVE_CONTROLS_NOT_IMPLEMENTED)
     ap.add_argument("--report", help="report directory (default: a new /tmp/strom-chaos.* directory)")
     ap.add_argument("--nodes", type=int, default=5, help="nodes, each in its own network namespace (default 5)")
@@ -79,17 +107,31 @@ def parse(argv):
                          "messages under a bumped epoch, which can duplicate them)")
     ap.add_argument("--binary", default=None, help="strom binary (default $STROM_BIN or target/debug/strom)")
     ap.add_argument("--keep-data", action="store_true", help="keep the nodes' data dirs even when no anomaly")
+    ap.add_argument("--sync-before-faults", action="store_true",
+                    help="power: lossyfs persists everything the nodes wrote before the faults begin (e.g. "
+                         "meta.properties, which the broker never fsyncs), as a page cache written back by then "
+                         "would; by default nothing that was not fsynced survives a power loss")
     ap.add_argument("--print-schedule", action="store_true", help="print the schedule and exit")
     ap.add_argument("--check-env", action="store_true",
                     help="check that this machine can run the harness (root, namespaces, nft) and exit")
     a = ap.parse_args(argv)
+    if a.nemesis is None:
+        a.nemesis = "power" if a.negative_control == "power-loss-no-flush" else "kill,pause,partition"
     nemeses = [] if a.nemesis.strip() in ("", "none") else [x.strip() for x in a.nemesis.split(",") if x.strip()]
     for n in nemeses:
         if n in nem.NOT_IMPLEMENTED:
             raise Usage(f"nemesis '{n}' is not implemented yet (implemented: {', '.join(nem.IMPLEMENTED)})")
         if n not in nem.IMPLEMENTED:
-            raise Usage(f"unknown nemesis '{n}' (implemented: {', '.join(nem.IMPLEMENTED)}; "
-                        f"not yet: {', '.join(nem.NOT_IMPLEMENTED)})")
+            raise Usage(f"unknown nemesis '{n}' (implemented: {', '.join(nem.IMPLEMENTED)})")
+    if a.negative_control == "power-loss-no-flush":
+        # Power losses with the broker's default flush settings (no fsync of the logs). What
+        # the nodes wrote at their first start is written back first: this control is about
+        # the logs alone (README, finding 1: a node without its meta.properties cannot start).
+        nemeses.append("power")
+        a.sync_before_faults = True
+        if any(x.split("=", 1)[0].strip().startswith("log.flush.") for x in a.set):
+            raise Usage("--negative-control power-loss-no-flush runs without log.flush.* settings "
+                        "(drop --set log.flush.*)")
     a.nemeses = sorted(set(nemeses))
     workloads = [x.strip() for x in a.workload.split(",") if x.strip()]
     for w in workloads:
@@ -97,13 +139,18 @@ def parse(argv):
             raise Usage(f"workload '{w}' is not implemented yet (implemented: {', '.join(WORKLOADS)})")
         if w not in WORKLOADS:
             raise Usage(f"unknown workload '{w}' (implemented: {', '.join(WORKLOADS)})")
+    a.workloads = ["queue"] + [w for w in WORKLOADS[1:] if w in workloads]
+    if a.group_members < 1 or a.group_rate <= 0 or a.metadata_clients < 1 or a.metadata_topics < 1:
+        raise Usage("--group-members, --group-rate, --metadata-clients and --metadata-topics must be positive")
     if a.negative_control in NEGATIVE_CONTROLS_NOT_IMPLEMENTED:
-        raise Usage(f"negative control '{a.negative_control}' is not implemented yet (it needs the power-loss "
-                    f"nemesis; implemented: {', '.join(NEGATIVE_CONTROLS)})")
+        raise Usage(f"negative control '{a.negative_control}' is not implemented yet "
+                    f"(implemented: {', '.join(NEGATIVE_CONTROLS)})")
     if a.nodes < 3 or a.voters < 1 or a.voters > a.nodes or a.nodes > 9:
         raise Usage("--nodes must be 3..9 and --voters 1..nodes")
     if a.replication_factor > a.nodes:
         raise Usage("--replication-factor larger than --nodes")
+    if a.seeds < 1:
+        raise Usage("--seeds must be at least 1")
     if a.minutes <= 0 or a.rate <= 0 or a.producers < 1 or a.consumers < 1 or a.partitions < 1:
         raise Usage("--minutes, --rate, --producers, --consumers and --partitions must be positive")
     return a
@@ -118,6 +165,7 @@ class Run:
         self.dir = os.path.abspath(a.report)
         self.hist_dir = os.path.join(self.dir, "history")
         self.crashes = []
+        self.extra = []  # the groups and metadata workloads (groups.Workload, metadata.Workload)
 
     def say(self, msg):
         print(f"[{time.time() - self.t_start:7.2f}s] {msg}", flush=True)
@@ -127,6 +175,8 @@ class Run:
     def cleanup(self):
         for _, _, proc in self.workers:
             topology.kill_quietly(proc)
+        for w in self.extra:
+            w.cleanup()
         if self.topo is not None:
             self.topo.close()
 
@@ -173,6 +223,8 @@ class Run:
         for role, wid, proc in self.workers:
             if proc.poll() is not None:
                 raise RuntimeError(f"worker {wid} exited ({proc.returncode}); see {self.dir}/workers/{wid}.log")
+        for w in self.extra:
+            w.check_alive()
 
     # ---- the run ------------------------------------------------------------------------
 
@@ -190,13 +242,16 @@ class Run:
         elif a.negative_control == "min-isr-1":
             settings += ["min.insync.replicas=1", "unclean.leader.election.enable=true"]
             topic_configs = {"min.insync.replicas": "1", "unclean.leader.election.enable": "true"}
+        settings += nemesis_settings(a)
         settings += a.set
         binary = os.path.abspath(a.binary or os.environ.get("STROM_BIN") or
                                  os.path.join(REPO, "target", "debug", "strom"))
         if not os.access(binary, os.X_OK):
             raise Usage(f"strom binary {binary} is missing (build it, or pass --binary / set STROM_BIN)")
 
-        self.topo = topology.Topology(self.dir, binary, n=a.nodes, voters=a.voters, settings=settings, log=self.say)
+        self.topo = topology.Topology(self.dir, binary, n=a.nodes, voters=a.voters, settings=settings, log=self.say,
+                                      clock="clock" in a.nemeses, disk="disk" in a.nemeses,
+                                      power="power" in a.nemeses)
         self.topo.up()
         self.say(f"{a.nodes} nodes started in namespaces strom-{self.topo.tag}-1..{a.nodes} "
                  f"({self.topo.subnet}.1-{a.nodes}); voters 1..{min(a.voters, a.nodes)}; settings {settings}")
@@ -227,11 +282,21 @@ class Run:
         self.say(f"workload: {a.producers} idempotent acks=all producers ({a.rate:g} records/s in all), "
                  f"{a.consumers} assign-mode consumers"
                  + (f", a stranded producer in node {stranded}'s namespace" if stranded else ""))
+        if "groups" in a.workloads:
+            self.extra.append(groups_workload.Workload(self, a.group_members, a.group_rate))
+        if "metadata" in a.workloads:
+            self.extra.append(metadata_workload.Workload(self, a.metadata_clients, a.metadata_topics))
+        for w in self.extra:
+            w.start()
         t_load = time.time()
         topology.wait_for("an acknowledgement on every partition", 60,
                           lambda: (self.check_workers(), len(self.acked_since(0)) == a.partitions)[1])
+        if a.sync_before_faults and "power" in a.nemeses:
+            self.say(f"written back before the faults (--sync-before-faults): {self.topo.sync_storage()}")
         t0 = time.time()
         self.say("every partition acknowledged a write: faults begin")
+        for w in self.extra:
+            w.begin(t0)
 
         # Fault phase: the schedule's events at their times (faults are held for their durations).
         nemeses = nem.Nemeses(self.topo, TOPIC, self.say)
@@ -264,6 +329,8 @@ class Run:
             anomalies_extra["crash"] = list(self.crashes)
         t_heal = time.time()
         nemeses.heal_all()
+        for w in self.extra:
+            w.heal()
         for f in faults:
             if f["stop"] is None:
                 f["stop"] = t_heal
@@ -291,6 +358,8 @@ class Run:
         for role, wid, proc in self.workers:
             if role == "produce":
                 proc.send_signal(signal.SIGTERM)
+        for w in self.extra:
+            w.stop_load()
         for role, wid, proc in self.workers:
             if role == "produce":
                 try:
@@ -320,8 +389,13 @@ class Run:
                 try:
                     proc.wait(timeout=90)
                 except subprocess.TimeoutExpired:
+                    # A stalled consumer can hang in close() (its history is written by then).
                     proc.terminate()
-                    proc.wait(timeout=10)
+                    try:
+                        proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
         self.say(f"final read: {sum(len(v) for v in final_log.values())} records, high watermarks {ends}")
 
         # Check.
@@ -342,6 +416,12 @@ class Run:
             for k in ("lost", "inconsistent-offset", "poll-skip", "unseen"):
                 anomalies[k] = []
         anomalies.update(anomalies_extra)
+        extra_report = {}
+        for w in self.extra:  # the groups and metadata workloads: their own ends and checks
+            w_anomalies, stats[w.name], w_report = w.finish(faults, self.crashes)
+            for k, v in w_anomalies.items():
+                anomalies.setdefault(k, []).extend(v)
+            extra_report.update(w_report)
         # Clients that stopped making progress while the others went on (the cause may be the
         # client's or a broker connection's: reported, not counted as an anomaly).
         stalls = []
@@ -362,10 +442,11 @@ class Run:
                      f"{st.get('last_ack_s', st.get('last_poll_s'))} s)")
         per_fault, worst, baseline = checker.unavailability(
             [s for s in sends if not s["w"].startswith("stranded")], faults, a.partitions, t_end_load)
+        single = bounds.evaluate(per_fault, faults, bounds.session_timeout_s(settings), t_end_load)
         counts = {k: len(v) for k, v in anomalies.items()}
         bad = {k: n for k, n in counts.items() if n}
         report = {
-            "seed": a.seed, "minutes": a.minutes, "nemesis": a.nemeses, "workload": "queue",
+            "seed": a.seed, "minutes": a.minutes, "nemesis": a.nemeses, "workload": ",".join(a.workloads),
             "negative_control": a.negative_control,
             "options": {"nodes": a.nodes, "voters": a.voters, "partitions": a.partitions,
                         "replication_factor": a.replication_factor, "topic_configs": topic_configs,
@@ -381,12 +462,14 @@ class Run:
             "client_stalls": stalls,
             "unavailable_s": worst,
             "unavailability": per_fault,
+            "bounds": single,
             "longest_gap_outside_faults_s": baseline,
             "final_high_watermarks": {str(p): e for p, e in ends.items()},
             "client_events": [e for e in events_ if "drained" not in e.get("what", "")][:200],
             "times": {"t0": t0, "load_started": t_load, "healed": t_heal, "load_stopped": t_end_load,
                       "total_s": round(time.time() - self.t_start, 1)},
             "valid": not bad,
+            **extra_report,
         }
         with open(os.path.join(self.dir, "report.json"), "w") as f:
             json.dump(report, f, indent=1)
@@ -396,7 +479,8 @@ class Run:
                             t_end_load, a.partitions,
                             f"seed {a.seed}, {a.minutes:g} min, nemesis {','.join(a.nemeses) or 'none'}"
                             + (f", negative control {a.negative_control}" if a.negative_control else "")
-                            + f": {'anomalies ' + str(bad) if bad else 'no anomaly'}")
+                            + f": {'anomalies ' + str(bad) if bad else 'no anomaly'}",
+                            extra={w.name: w.timeline_data for w in self.extra})
         except ImportError as e:
             self.say(f"no timeline.png: {e} (tests/setup_python.sh installs matplotlib)")
 
@@ -408,6 +492,8 @@ class Run:
                      f"(partition {pf['worst_partition']}; overlapping {pf['worst_overlapping_s']:.2f} s) {pf['what']}")
         self.say(f"worst unavailability per nemesis (per partition): {worst}; outside faults: "
                  f"{max(baseline.values()) if baseline else 0:.2f} s")
+        for line in bounds.describe(single):
+            self.say(("WARNING: " if "EXCEEDED" in line else "") + line)
         if bad:
             for k in bad:
                 self.say(f"ANOMALY {k}: {counts[k]}; first: {json.dumps(anomalies[k][:3])[:600]}")
@@ -421,6 +507,7 @@ class Run:
         the nodes (a node that exits by itself is a crash: recorded, restarted at the heal)."""
         while True:
             self.check_workers()
+            self.topo.check_storage()
             for nid, rc in self.topo.exited_unexpectedly():
                 node = self.topo.nodes[nid]
                 self.say(f"CRASH: node {nid} exited by itself ({rc}); see {node.log}")
@@ -430,6 +517,20 @@ class Run:
             if left <= 0:
                 return
             time.sleep(min(left, 0.5))
+
+
+def nemesis_settings(a):
+    """Node settings the nemeses need. disk: the floor the ballast goes below. power: an
+    fsync after every record (log.flush.interval.messages=1), so that a power loss may
+    lose nothing acknowledged, unless --set names a log.flush setting or the negative
+    control power-loss-no-flush asks for the broker's defaults (no fsync: it must lose)."""
+    out = []
+    if "disk" in a.nemeses:
+        out.append(f"storage.min.free.bytes={topology.MIN_FREE_BYTES}")
+    own_flush = any(x.split("=", 1)[0].strip().startswith("log.flush.") for x in a.set)
+    if "power" in a.nemeses and a.negative_control != "power-loss-no-flush" and not own_flush:
+        out.append("log.flush.interval.messages=1")
+    return out
 
 
 def scan_node_logs(topo):
@@ -455,6 +556,11 @@ def print_schedule(a, schedule, say=print):
         + f": schedule of {len(schedule)} faults")
     for op in schedule:
         say("  " + nem.describe(op))
+    if "groups" in getattr(a, "workloads", ()):
+        members = groups_workload.member_schedule(a.seed, a.minutes, a.group_members)
+        say(f"group members' departures ({len(members)}):")
+        for ev in members:
+            say(f"  {ev['at']:7.2f}s +{ev['down']:5.2f}s member {ev['member']} {ev['action']}")
 
 
 def main(argv=None):
@@ -467,7 +573,9 @@ def main(argv=None):
         print_schedule(a, nem.make_schedule(a.seed, a.minutes, a.nemeses, a.nodes, a.partitions))
         return 0
     try:
-        topology.check_env(need_nft="partition" in a.nemeses or a.check_env, need_netem="netem" in a.nemeses)
+        topology.check_env(need_nft="partition" in a.nemeses or a.check_env, need_netem="netem" in a.nemeses,
+                           need_faketime="clock" in a.nemeses, need_tmpfs="disk" in a.nemeses,
+                           need_fuse="power" in a.nemeses)
     except topology.EnvError as e:
         sys.stderr.write(f"run.py: cannot run here: {e}\n")
         return 2
@@ -477,15 +585,17 @@ def main(argv=None):
     if not a.report:
         import tempfile
         a.report = tempfile.mkdtemp(prefix="strom-chaos.")
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal_default)
+    if a.seeds == 1:
+        return run_one(a)
+    return run_seeds(a)
+
+
+def run_one(a):
+    """One run (one seed) with its report in a.report: the exit code."""
     run = Run(a)
     atexit.register(run.cleanup)
-
-    def on_signal(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGHUP, on_signal)
     rc = 2
     try:
         rc = run.run()
@@ -504,12 +614,53 @@ def main(argv=None):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         run.cleanup()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, on_signal_default)
+        signal.signal(signal.SIGTERM, on_signal_default)
     if rc == 0 and not a.keep_data:
         shutil.rmtree(os.path.join(run.dir, "data"), ignore_errors=True)
     return rc
 
+
+def on_signal_default(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_seeds(a):
+    """--seeds N: seeds a.seed .. a.seed+N-1 one after another, each reported in
+    DIR/seed-S; DIR/summary.json sums them up. Exit 1 if any run found an anomaly,
+    3 if any failed as a harness, 130 when interrupted (the runs so far are summed)."""
+    import copy
+    root = os.path.abspath(a.report)
+    os.makedirs(root, exist_ok=True)
+    runs, worst, rc_all = {}, {}, 0
+    for seed in range(a.seed, a.seed + a.seeds):
+        one = copy.copy(a)
+        one.seed, one.seeds, one.report = seed, 1, os.path.join(root, f"seed-{seed}")
+        print(f"==== seed {seed} ({seed - a.seed + 1} of {a.seeds}): report {one.report}", flush=True)
+        rc = run_one(one)
+        entry = {"exit": rc}
+        try:
+            with open(os.path.join(one.report, "report.json")) as f:
+                r = json.load(f)
+            entry.update(valid=r["valid"], acked=r["acked"],
+                         anomaly_counts={k: n for k, n in r["anomaly_counts"].items() if n},
+                         unavailable_s=r["unavailable_s"], bounds=r.get("bounds"))
+            for k, v in r["unavailable_s"].items():
+                worst[k] = max(worst.get(k, 0.0), v)
+        except (OSError, ValueError, KeyError):
+            entry["valid"] = None
+        runs[str(seed)] = entry
+        rc_all = max(rc_all, {0: 0, 1: 1, 130: 130}.get(rc, 3))
+        summary = {"seeds": list(range(a.seed, seed + 1)), "minutes": a.minutes, "nemesis": a.nemeses,
+                   "runs": runs, "unavailable_s": worst, "exit": rc_all}
+        with open(os.path.join(root, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        if rc == 130:
+            break
+    bad = [s for s, e in runs.items() if e["exit"] != 0]
+    print(f"==== {len(runs)} runs: {'all valid' if not bad else 'not valid: seeds ' + ', '.join(bad)}; "
+          f"worst unavailability per nemesis {worst}; summary {root}/summary.json", flush=True)
+    return rc_all
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,8 @@
-"""The fault harness (tests/chaos) in the suite: a fixed-seed mixed kill/pause/partition run
-that must find no anomaly, and the early-ack negative control, which must find lost
-records. Both need root (network namespaces, nftables); skipped with the reason otherwise.
+"""The fault harness (tests/chaos) in the suite: the groups and metadata checkers' logic, a
+fixed-seed mixed kill/pause/partition run with the queue, groups and metadata workloads
+that must find no anomaly (but the known open bugs' kinds, warned), and the early-ack and power-loss-no-flush negative controls,
+which must find lost records. They need root (network namespaces, nftables; FUSE for the
+power loss); skipped with the reason otherwise.
 """
 import json
 import os
@@ -38,14 +40,38 @@ def test_schedule_is_a_pure_function_of_the_seed():
 
 
 @pytest.mark.parametrize("args,why", [
-    (["--nemesis", "clock"], "not implemented yet"),
-    (["--nemesis", "bogus"], "unknown nemesis"),
-    (["--workload", "groups"], "not implemented yet"),
-    (["--negative-control", "power-loss-no-flush"], "not implemented yet"),
+    (["--nemesis", "clock,bogus"], "unknown nemesis"),
+    (["--workload", "queue,bogus"], "unknown workload"),
+    (["--workload", "groups", "--group-members", "0"], "must be positive"),
+    (["--negative-control", "power-loss-no-flush", "--set", "log.flush.interval.messages=1"], "without log.flush"),
 ])
 def test_usage_errors_exit_2(args, why):
     out = chaos(*args, "--report", "/nonexistent/never-made")
     assert out.returncode == 2 and why in out.stderr, out.stderr
+
+
+def test_single_fault_bounds_count_only_lone_faults_and_set_a_paused_leaders_partitions_apart():
+    sys.path.insert(0, os.path.join(REPO, "tests", "chaos"))
+    import bounds
+
+    def fault(i, nemesis, start, stop, **kw):
+        return {"id": i, "nemesis": nemesis, "start": start, "stop": stop, **kw}
+
+    faults = [fault(0, "kill", 100, 105, nodes=[2], what="kill -9 node(s) [2]"),
+              fault(1, "pause", 200, 206, nodes=[3], led=[1], what="SIGSTOP node(s) [3]"),
+              fault(2, "partition", 300, 310, nodes=[1, 2, 3], groups=[[1], [2, 3]], what="partition isolate: ..."),
+              fault(3, "kill", 400, 405, nodes=[1], what="kill -9 node(s) [1]"),
+              fault(4, "pause", 402, 404, nodes=[2], led=[], what="SIGSTOP node(s) [2]"),
+              fault(5, "kill", 500, 505, nodes=[1, 2], what="kill -9 node(s) [1, 2]")]
+    gaps = {0: {"0": 2.9, "1": 0.1}, 1: {"0": 1.0, "1": 6.5}, 2: {"0": 3.6, "1": 0.2},
+            3: {"0": 20.0, "1": 20.0}, 4: {"0": 20.0, "1": 20.0}, 5: {"0": 20.0, "1": 20.0}}
+    per_fault = [{"id": i, "what": faults[i]["what"], "per_partition_s": g} for i, g in gaps.items()]
+    assert bounds.session_timeout_s(["a=1", "broker.session.timeout.ms=1500"]) == 1.5
+    r = bounds.evaluate(per_fault, faults, 1.5, t_end=600)
+    assert (r["kill"]["faults"], r["kill"]["worst_s"], r["kill"]["exceeded"]) == (1, 2.9, [])  # 3 and 5 not single
+    assert (r["pause"]["faults"], r["pause"]["worst_s"], r["pause"]["own_partitions_worst_s"]) == (1, 1.0, 6.5)
+    assert r["isolate"]["faults"] == 1 and [e["partition"] for e in r["isolate"]["exceeded"]] == [0]  # 3.6 > 3.5
+    assert any("EXCEEDED" in line for line in bounds.describe(r))
 
 
 def run_report(tmp_path, name, *args):
@@ -57,15 +83,46 @@ def run_report(tmp_path, name, *args):
     return out.returncode, text, json.loads(path.read_text()) if path.exists() else None
 
 
+def test_groups_and_metadata_checkers():
+    """The pure logic of the groups and metadata checkers (tests/chaos/test_checkers.py, ~1 s)."""
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          os.path.join(REPO, "tests", "chaos", "test_checkers.py")],
+                         capture_output=True, text=True, timeout=120, cwd=os.path.join(REPO, "tests", "chaos"))
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+
+
+# Anomalies of the groups and metadata workloads that open Strom bugs produce now and then
+# (tests/chaos/README.md, "What the runs found"): reported as warnings here, not failures,
+# until those are fixed. Every other anomaly fails the run.
+KNOWN_OPEN = {
+    "group_offset_regression",      # a deposed group coordinator answers OffsetFetch from memory
+    "metadata_nonlinearizable",     # forwarded admin writes retried after a lost answer: 404/409 for a done write
+    "metadata_nonsequential_read",  # writes decided against an image missing a pending one; PATCH's answer re-read
+}
+
+
 def test_mixed_faults_fixed_seed_no_anomaly(chaos_env, tmp_path):
     code, text, r = run_report(tmp_path, "mixed", "--seed", "1", "--minutes", "1.5", "--nemesis",
-                               "kill,pause,partition", "--nodes", "5")
-    assert code == 0, f"chaos run found anomalies or failed (exit {code}):\n{text[-6000:]}"
-    assert r["seed"] == 1 and r["valid"] and r["schedule"] and r["acked"] > 1000
-    assert all(not v for v in r["anomalies"].values())
+                               "kill,pause,partition", "--nodes", "5", "--workload", "queue,groups,metadata")
+    assert r is not None and code in (0, 1), f"chaos run failed (exit {code}):\n{text[-6000:]}"
+    found = {k: v for k, v in r["anomalies"].items() if v}
+    unknown = {k: v for k, v in found.items() if k not in KNOWN_OPEN}
+    assert not unknown, f"chaos run found anomalies (exit {code}):\n{text[-6000:]}"
+    if found:
+        import warnings
+        warnings.warn(f"known open Strom bugs seen in the fixed-seed run: "
+                      f"{ {k: len(v) for k, v in found.items()} }; first: {json.dumps(found)[:1500]}")
+    assert code == (1 if found else 0)
+    assert r["seed"] == 1 and r["schedule"] and r["acked"] > 1000
     assert set(r["unavailable_s"]) <= {"kill", "pause", "partition"}
     assert (tmp_path / "mixed" / "timeline.png").stat().st_size > 10000
-    assert "VALID: no anomaly" in text
+    assert "VALID: no anomaly" in text or found
+    # The other two workloads ran and were checked.
+    g, m = r["ops"]["groups"], r["ops"]["metadata"]
+    assert g["polls"] > 1000 and g["commits"]["ok"] > 10 and g["member_incarnations"] > 3, g
+    assert g["checked_below_committed"] > 1000, g
+    assert m["by_result"].get("ok", 0) > 100 and len(m["topics"]) == 3, m
+    assert all(t["writes"]["valid"] is not None for t in m["topics"].values()), m
 
 
 def test_early_ack_negative_control_loses_records(chaos_env, tmp_path):
@@ -74,3 +131,19 @@ def test_early_ack_negative_control_loses_records(chaos_env, tmp_path):
     assert code == 1, f"early-ack must lose acknowledged records (exit {code}):\n{text[-6000:]}"
     assert r["anomalies"]["lost"], r["anomaly_counts"]
     assert "ANOMALY lost" in text
+
+
+def test_power_loss_without_fsync_loses_records(chaos_env, tmp_path):
+    """The power nemesis as a negative control: every node killed at once and the writes
+    it had not fsynced dropped (lossyfs), with the broker's default flush settings (no
+    fsync of the logs), must lose acknowledged records (~45 s)."""
+    env = chaos("--check-env", "--nemesis", "power", timeout=400)
+    if env.returncode != 0:
+        pytest.skip(f"the power nemesis cannot run here: {(env.stderr or env.stdout).strip()[-300:]}")
+    code, text, r = run_report(tmp_path, "power-loss", "--seed", "1", "--minutes", "0.5", "--nodes", "3",
+                               "--negative-control", "power-loss-no-flush")
+    assert code == 1, f"power loss without fsync must lose acknowledged records (exit {code}):\n{text[-6000:]}"
+    assert r["nemesis"] == ["power"] and r["anomalies"]["lost"], r["anomaly_counts"]
+    power = [f for f in r["faults"] if f["nemesis"] == "power"]
+    assert power and sum(d["bytes"] for d in power[0]["dropped"].values()) > 0, power
+    assert "power" in r["unavailable_s"] and not r["anomalies"].get("crash"), r["anomaly_counts"]
