@@ -36,7 +36,10 @@ def _kind(fault):
     if name in ("kill", "pause") and len(fault.get("nodes") or []) == 1:
         return name
     groups = fault.get("groups") or []
-    if name == "partition" and (fault.get("what") or "").startswith("partition isolate") and len(groups[0]) == 1:
+    what = fault.get("what") or ""
+    one_cut_off = what.startswith(("partition isolate", "partition halves")) and len(groups) == 2 \
+        and min(len(g) for g in groups) == 1
+    if name == "partition" and one_cut_off:
         return "isolate"
     return None
 
