@@ -570,7 +570,7 @@ impl Controller {
     /// moves as a new replica order and an election of the new preferred leader.
     async fn balance(&self, quorum: &Quorum, freed: bool) {
         let mode = balancer::Mode::parse(self.settings.get("balancer.mode").as_deref());
-        let now_ms = crate::replication::partition::now_ms();
+        let now_ms = crate::clock::wall_ms();
         let last = self.last_balance_ms.load(Ordering::Acquire);
         let due = freed || last < 0 || now_ms - last >= BALANCE_EVERY.as_millis() as i64;
         if mode == balancer::Mode::Off || !due {

@@ -23,9 +23,10 @@ use kafka_protocol::records::{Record, RecordBatchDecoder};
 use kafka_protocol::ResponseError;
 use tokio::sync::{oneshot, watch};
 
+use crate::clock::wall_ms;
 use crate::config::Settings;
 use crate::log::compaction::{encode_batch, plain_record};
-use crate::replication::partition::{now_ms, CommitWait, PartitionError};
+use crate::replication::partition::{CommitWait, PartitionError};
 use crate::replication::ReplicaManager;
 use records::{GroupValue, OffsetValue, RecordKey};
 pub use state::{
@@ -190,7 +191,7 @@ impl GroupCoordinator {
                 if !create {
                     return Ok(None);
                 }
-                shard.groups.insert(group_id.to_string(), Group::new(group_id, now_ms()));
+                shard.groups.insert(group_id.to_string(), Group::new(group_id, wall_ms()));
             }
             let Some(group) = shard.groups.get_mut(group_id) else { return Ok(None) };
             let result = f(group);
@@ -232,7 +233,7 @@ impl GroupCoordinator {
             let next = {
                 let mut shards = this.shards();
                 let Some(g) = shards.get_mut(&partition).and_then(|s| s.groups.get_mut(&group_id)) else { return };
-                g.stored(generation, result, Instant::now(), now_ms());
+                g.stored(generation, result, Instant::now(), wall_ms());
                 if g.state == GroupState::Stable {
                     tracing::info!(group = %group_id, generation, members = g.members.len(), "group stable");
                 }
@@ -254,7 +255,7 @@ impl GroupCoordinator {
     /// OffsetCommit is checked and appended before its handler first waits.
     fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> Result<Appended, ResponseError> {
         let p = self.replicas.get(OFFSETS_TOPIC, partition).ok_or(ResponseError::NotCoordinator)?;
-        let now = now_ms();
+        let now = wall_ms();
         let batch: Vec<Record> = records
             .into_iter()
             .enumerate()
@@ -391,7 +392,7 @@ impl GroupCoordinator {
             tokio::task::yield_now().await;
         }
         let now = Instant::now();
-        let now_ms = now_ms();
+        let now_ms = wall_ms();
         let mut loaded: HashMap<String, Group> = HashMap::new();
         for (id, value) in groups {
             if let Some(value) = value {
@@ -429,7 +430,7 @@ impl GroupCoordinator {
 
     fn tick(self: &Arc<Self>) {
         let now = Instant::now();
-        let now_ms = now_ms();
+        let now_ms = wall_ms();
         let mut stores = Vec::new();
         {
             let mut shards = self.shards();
@@ -451,7 +452,7 @@ impl GroupCoordinator {
     /// and groups left with nothing.
     async fn expire_offsets(self: &Arc<Self>) {
         let retention_ms = self.settings.int("offsets.retention.minutes").unwrap_or(10_080).saturating_mul(60_000);
-        let now_ms = now_ms();
+        let now_ms = wall_ms();
         // (partition, group, expired offsets, whether the group goes too, the tombstones appended)
         type Expiry = (i32, String, Vec<(String, i32)>, bool, Result<Appended, ResponseError>);
         let mut work: Vec<Expiry> = Vec::new();
@@ -510,7 +511,7 @@ impl GroupCoordinator {
         let (tx, rx) = oneshot::channel();
         let limits = self.limits;
         let now = Instant::now();
-        match self.with_group(partition, group_id, true, |g| g.join(req, tx, &limits, now, now_ms())) {
+        match self.with_group(partition, group_id, true, |g| g.join(req, tx, &limits, now, wall_ms())) {
             Ok(_) => rx.await.unwrap_or_else(|_| JoinResult::error(ResponseError::NotCoordinator, &member_id)),
             Err(e) => JoinResult::error(e, &member_id),
         }
@@ -549,7 +550,7 @@ impl GroupCoordinator {
     ) -> Result<Vec<Result<String, ResponseError>>, ResponseError> {
         let now = Instant::now();
         let results = self.with_group(partition, group_id, false, |g| {
-            members.iter().map(|(m, i)| g.leave(m, i.as_deref(), now, now_ms())).collect::<Vec<_>>()
+            members.iter().map(|(m, i)| g.leave(m, i.as_deref(), now, wall_ms())).collect::<Vec<_>>()
         })?;
         Ok(results.unwrap_or_else(|| members.iter().map(|_| Err(ResponseError::UnknownMemberId)).collect()))
     }
@@ -574,7 +575,7 @@ impl GroupCoordinator {
         let max_metadata = self.settings.int("offset.metadata.max.bytes").unwrap_or(4096).max(0) as usize;
         let mut results: Vec<Option<ResponseError>> = vec![None; commits.len()];
         let mut to_write = Vec::new();
-        let timestamp = now_ms();
+        let timestamp = wall_ms();
         for (i, c) in commits.iter().enumerate() {
             if c.metadata.len() > max_metadata {
                 results[i] = Some(ResponseError::OffsetMetadataTooLarge);

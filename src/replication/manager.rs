@@ -16,8 +16,9 @@ use strom_raft::state_machine::AppliedImage;
 use strom_raft::{MetadataImage, TopicImage};
 use tokio::sync::watch;
 
-use super::partition::{now_ms, Partition};
+use super::partition::Partition;
 use super::throttle::{SharedBucket, UNLIMITED};
+use crate::clock::wall_ms;
 use crate::config::Settings;
 use crate::log::checkpoint::OffsetCheckpointFile;
 use crate::log::PartitionLog;
@@ -201,7 +202,7 @@ impl ReplicaManager {
                     None => {
                         let point = self.recovery_at_start.get(&key).copied().unwrap_or(0);
                         let opened =
-                            PartitionLog::open(&self.logs_dir, &topic.name, index, config.clone(), point, now_ms())
+                            PartitionLog::open(&self.logs_dir, &topic.name, index, config.clone(), point, wall_ms())
                                 .and_then(|log| Partition::open(&topic.name, index, self.broker_id, log));
                         match opened {
                             Ok(partition) => {

@@ -16,7 +16,7 @@ use tokio::sync::watch;
 
 use super::isr::{desired_isr, FollowerProgress, LeaderView};
 use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
-use crate::clock::mono_ms;
+use crate::clock::{mono_ms, wall_ms};
 use crate::log::batch::{split_record_set, BatchHeader};
 use crate::log::{LogConfig, LogError, PartitionLog, TimestampType};
 
@@ -127,11 +127,6 @@ pub struct Partition {
     high_watermark_tx: watch::Sender<i64>,
     /// Changes on every append: follower fetches long-poll on it.
     log_end_tx: watch::Sender<i64>,
-}
-
-/// The time of day in ms ([`crate::clock::wall_ms`]): timestamps, not durations.
-pub fn now_ms() -> i64 {
-    crate::clock::wall_ms()
 }
 
 /// The exact (timestamp, offset) of the first record at or after `ts` in
@@ -369,7 +364,7 @@ impl Partition {
             return Err(PartitionError::NotLeader);
         }
         if !records.is_empty() {
-            st.log.append_as_follower(records, now_ms())?;
+            st.log.append_as_follower(records, wall_ms())?;
             st.producers.record_batches(records).map_err(LogError::from)?;
         }
         let hw = leader_high_watermark.min(st.log.log_end_offset());
@@ -493,7 +488,7 @@ impl Partition {
             }
         }
         let epoch = st.leader_epoch;
-        let now = now_ms();
+        let now = wall_ms();
         let info = st.log.append_as_leader(records, epoch, now)?;
         let log_append_time_ms = if st.log.config().timestamp_type == TimestampType::LogAppendTime { now } else { -1 };
         if let Some((pid, pepoch, first_seq, last_seq)) = sequenced {
@@ -662,7 +657,7 @@ impl Partition {
     }
 
     pub fn maybe_flush(&self) -> Result<bool, LogError> {
-        self.state().log.maybe_flush(now_ms())
+        self.state().log.maybe_flush(wall_ms())
     }
 
     pub fn flush(&self) -> Result<(), LogError> {
@@ -673,9 +668,9 @@ impl Partition {
         let mut st = self.state();
         let hw = st.high_watermark;
         if st.log.config().compact {
-            st.log.compact(hw, now_ms())?;
+            st.log.compact(hw, wall_ms())?;
         }
-        let out = st.log.apply_retention(now_ms(), hw)?;
+        let out = st.log.apply_retention(wall_ms(), hw)?;
         if out.deleted_segments > 0 {
             tracing::info!(topic = %self.topic, partition = self.index, segments = out.deleted_segments,
                 bytes = out.deleted_bytes, log_start_offset = st.log.log_start_offset(), "retention deleted segments");

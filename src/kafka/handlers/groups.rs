@@ -42,7 +42,7 @@ fn opt_str(s: &Option<StrBytes>) -> Option<&str> {
 /// attempt every few seconds per broker, however many clients ask.
 async fn ensure_offsets_topic(ctx: &NodeContext) {
     static LAST_ATTEMPT_MS: AtomicU64 = AtomicU64::new(0);
-    let now = crate::replication::partition::now_ms().max(0) as u64;
+    let now = crate::clock::wall_ms().max(0) as u64;
     let last = LAST_ATTEMPT_MS.load(Ordering::Relaxed);
     if now.saturating_sub(last) < 2000
         || LAST_ATTEMPT_MS.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
