@@ -110,9 +110,17 @@ impl Connection {
     }
 
     /// The idle stream, taken out of the connection, or a new one.
+    ///
+    /// An idle stream is kept only while the peer still holds its end. A peer
+    /// that restarted closed it, and a request written to it would be lost with
+    /// no way to tell whether it ran: fatal for requests that must not be sent
+    /// twice. So the stream is probed first, without waiting.
     async fn take_or_connect(&mut self) -> Result<TcpStream, RpcError> {
         if let Some(stream) = self.stream.take() {
-            return Ok(stream);
+            if still_open(&stream) {
+                return Ok(stream);
+            }
+            tracing::debug!(addr = %self.addr, "idle connection closed by the peer; reconnecting");
         }
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
             .await
@@ -145,6 +153,20 @@ impl Connection {
             RpcResponse::App(bytes) => Ok(bytes),
             _ => Err(RpcError::UnexpectedResponse),
         }
+    }
+}
+
+/// Whether an idle stream's peer still holds its end: nothing to read yet.
+///
+/// A peek that does not wait: end of stream or a reset means the peer closed
+/// it; bytes mean an answer nobody asked for, so the stream is out of step.
+/// Asked of the socket itself, not of the runtime's readiness, which learns of
+/// a close only when its reactor next runs.
+fn still_open(stream: &TcpStream) -> bool {
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    match socket2::SockRef::from(stream).peek(&mut byte) {
+        Err(err) => err.kind() == std::io::ErrorKind::WouldBlock,
+        Ok(_) => false,
     }
 }
 
@@ -190,5 +212,47 @@ mod tests {
         // And the connection is reused once an answer came back whole.
         assert!(conn.stream.is_some());
         assert_eq!(conn.call_app(b"third".to_vec(), Duration::from_secs(5)).await.expect("third call"), b"third");
+    }
+
+    /// A peer that answers one `App` request per connection, then closes it.
+    async fn one_answer_per_connection() -> (String, tokio::sync::mpsc::UnboundedReceiver<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let (closed_tx, closed_rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                if let Ok(Some(frame)) = read_frame(&mut stream).await {
+                    let RpcRequest::App(bytes) = codec::decode(&frame).expect("request") else { return };
+                    let answer = codec::encode(&RpcResponse::App(bytes)).expect("encode");
+                    let _ = write_frame(&mut stream, &answer).await;
+                }
+                drop(stream);
+                let _ = closed_tx.send(());
+            }
+        });
+        (addr, closed_rx)
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_peer_closed_is_replaced_before_a_call() {
+        let (addr, mut closed) = one_answer_per_connection().await;
+        let mut conn = Connection::new(addr);
+        assert_eq!(conn.call_app(b"first".to_vec(), Duration::from_secs(5)).await.expect("first call"), b"first");
+        closed.recv().await.expect("the peer closed its end");
+        // The pooled stream is dead (as after a controller restart); the call
+        // must go out on a new one instead of being lost on the old.
+        assert!(conn.stream.is_some(), "the first stream was not pooled");
+        let answer = conn.call_app(b"second".to_vec(), Duration::from_secs(5)).await;
+        assert_eq!(answer.expect("second call after the peer closed"), b"second");
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_the_peer_holds_is_reused() {
+        let mut conn = Connection::new(slow_first_echo().await);
+        conn.call_app(b"first".to_vec(), Duration::from_secs(5)).await.expect("first call");
+        let before = conn.stream.as_ref().expect("pooled").local_addr().expect("local addr");
+        conn.call_app(b"second".to_vec(), Duration::from_secs(5)).await.expect("second call");
+        let after = conn.stream.as_ref().expect("pooled").local_addr().expect("local addr");
+        assert_eq!(before, after, "a live idle stream was replaced");
     }
 }
