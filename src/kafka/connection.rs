@@ -12,10 +12,11 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
+use super::frame::{FrameWriter, ResponseFrame};
 use super::registry::{self, PendingResponse};
 use crate::node::NodeContext;
 
@@ -184,7 +185,7 @@ pub fn encode_response(api: ApiKey, version: i16, correlation_id: i32, body: &Re
 /// Runs a request's handler in the calling task up to its first wait: the
 /// answer if it needed none, else the rest of the work, to be finished
 /// elsewhere (the next poll registers that task's waker).
-async fn start_here(mut pending: PendingResponse) -> Result<Option<Bytes>, PendingResponse> {
+async fn start_here(mut pending: PendingResponse) -> Result<Option<ResponseFrame>, PendingResponse> {
     match std::future::poll_fn(|cx| Poll::Ready(pending.as_mut().poll(cx))).await {
         Poll::Ready(answer) => Ok(answer),
         Poll::Pending => Err(pending),
@@ -196,12 +197,13 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<()
     let peer = stream.peer_addr().map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
     let max = ctx.settings.u64("socket.request.max.bytes") as usize;
     let idle = Duration::from_millis(ctx.settings.u64("connections.max.idle.ms"));
-    let (mut reader, mut writer) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<oneshot::Receiver<Option<Bytes>>>(MAX_IN_FLIGHT);
+    let (mut reader, writer) = stream.into_split();
+    let mut writer = FrameWriter::new(writer);
+    let (tx, mut rx) = mpsc::channel::<oneshot::Receiver<Option<ResponseFrame>>>(MAX_IN_FLIGHT);
     let write_task = tokio::spawn(async move {
         while let Some(pending) = rx.recv().await {
             match pending.await {
-                Ok(Some(frame)) => writer.write_all(&frame).await?,
+                Ok(Some(frame)) => writer.write(&frame).await?,
                 Ok(None) => {}
                 Err(_) => return Err(std::io::Error::other("a request handler failed")),
             }
@@ -296,12 +298,13 @@ mod tests {
             seen.lock().expect("steps").push("appended");
             let _ = wait.await;
             seen.lock().expect("steps").push("answered");
-            Some(Bytes::from_static(b"answer"))
+            Some(ResponseFrame::from_bytes(Bytes::from_static(b"answer")))
         });
         let Err(rest) = start_here(handler).await else { panic!("the handler waits") };
         assert_eq!(*steps.lock().expect("steps"), vec!["appended"], "ran up to its first wait, no further");
         let _ = release.send(());
-        assert_eq!(rest.await, Some(Bytes::from_static(b"answer")));
+        let answer = rest.await.expect("an answer").to_vec().expect("in memory");
+        assert_eq!(answer, b"answer");
         let at_once: PendingResponse = Box::pin(async { None });
         assert!(matches!(start_here(at_once).await, Ok(None)), "a handler that never waits is done");
         assert!(STARTED_IN_ORDER.contains(&ApiKey::OffsetCommit));

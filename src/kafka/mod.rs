@@ -3,6 +3,8 @@
 //! - [`connection`]: accept loop and per-connection task: 4-byte length
 //!   framing bounded by `socket.request.max.bytes`, pipelined requests with a
 //!   bounded number in flight, responses in request order, idle timeout.
+//! - [`frame`]: response frames in pieces, so a Fetch's records go from the
+//!   segment file to the socket (`sendfile`) without being copied.
 //! - [`registry`]: the one table of supported APIs and versions; it both
 //!   dispatches and answers ApiVersions.
 //! - [`authorized_operations`]: what Metadata, DescribeCluster and
@@ -16,6 +18,7 @@
 
 pub mod authorized_operations;
 pub mod connection;
+pub mod frame;
 pub mod handlers;
 pub mod producer_ids;
 pub mod registry;

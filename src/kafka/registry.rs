@@ -6,13 +6,13 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestKind, ResponseKind};
 use kafka_protocol::protocol::{StrBytes, VersionRange};
 use kafka_protocol::ResponseError;
 
 use super::connection::{encode_response, Request};
+use super::frame::{RecordSlices, ResponseFrame};
 use super::handlers;
 use crate::node::NodeContext;
 
@@ -68,9 +68,9 @@ fn api_versions(error_code: i16) -> ApiVersionsResponse {
 }
 
 /// The v0 answer to an ApiVersions request newer than we know (KIP-511).
-pub fn api_versions_unsupported(correlation_id: i32) -> Option<Bytes> {
+pub fn api_versions_unsupported(correlation_id: i32) -> Option<ResponseFrame> {
     let body = ResponseKind::ApiVersions(api_versions(ResponseError::UnsupportedVersion.code()));
-    encode_response(ApiKey::ApiVersions, 0, correlation_id, &body).ok()
+    encode_response(ApiKey::ApiVersions, 0, correlation_id, &body).ok().map(ResponseFrame::from_bytes)
 }
 
 /// Who sent a request, for the APIs that record it (group members). Cheap
@@ -82,7 +82,7 @@ pub struct Client {
 }
 
 /// A response being worked out; `None` when no answer is due (acks=0).
-pub type PendingResponse = Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
+pub type PendingResponse = Pin<Box<dyn Future<Output = Option<ResponseFrame>> + Send>>;
 
 /// Starts handling `request`. Produce appends happen right here, in the
 /// connection's request order; everything that waits (acks=all, long-poll
@@ -96,15 +96,25 @@ pub fn dispatch(ctx: Arc<NodeContext>, request: Request, peer: IpAddr) -> Pendin
             let in_flight = handlers::produce::append(&ctx, r, version);
             Box::pin(async move {
                 let response = ResponseKind::Produce(in_flight.finish().await?);
-                encode(api, version, correlation_id, &response)
+                encode(api, version, correlation_id, &response, RecordSlices::default())
             })
         }
         body => Box::pin(async move { handle(&ctx, api, version, correlation_id, body, client).await }),
     }
 }
 
-fn encode(api: ApiKey, version: i16, correlation_id: i32, response: &ResponseKind) -> Option<Bytes> {
-    match encode_response(api, version, correlation_id, response) {
+/// The response's frame, with `records` spliced in where their markers are.
+fn encode(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    response: &ResponseKind,
+    records: RecordSlices,
+) -> Option<ResponseFrame> {
+    let flexible = api.response_header_version(version) >= 1;
+    let frame = encode_response(api, version, correlation_id, response)
+        .and_then(|encoded| ResponseFrame::splice(encoded, records, flexible));
+    match frame {
         Ok(frame) => Some(frame),
         Err(e) => {
             tracing::error!(?api, version, error = %e, "cannot encode a response");
@@ -120,7 +130,8 @@ async fn handle(
     correlation_id: i32,
     body: RequestKind,
     client: Client,
-) -> Option<Bytes> {
+) -> Option<ResponseFrame> {
+    let mut records = RecordSlices::default();
     let response = match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(handlers::metadata::handle(ctx, r, version).await),
@@ -135,7 +146,11 @@ async fn handle(
         RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(handlers::groups::describe(ctx, r, version)),
         RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(handlers::groups::delete(ctx, r).await),
         RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(handlers::groups::delete_offsets(ctx, r).await),
-        RequestKind::Fetch(r) => ResponseKind::Fetch(handlers::fetch::handle(ctx, r, version).await),
+        RequestKind::Fetch(r) => {
+            let (response, slices) = handlers::fetch::handle(ctx, r, version).await;
+            records = slices;
+            ResponseKind::Fetch(response)
+        }
         RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(handlers::list_offsets::handle(ctx, r, version)),
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(handlers::list_offsets::leader_epoch(ctx, r))
@@ -167,7 +182,7 @@ async fn handle(
             return None;
         }
     };
-    encode(api, version, correlation_id, &response)
+    encode(api, version, correlation_id, &response, records)
 }
 
 #[cfg(test)]

@@ -227,6 +227,28 @@ pub fn split_record_set(records: &[u8]) -> Result<Vec<std::ops::Range<usize>>, B
     Ok(ranges)
 }
 
+/// The length of `records` without a partial batch at its end. A Fetch
+/// answer is a byte range of the leader's log, as in Kafka, and may end
+/// inside a batch; the receiver drops that piece and fetches it whole next
+/// time. Only a last batch shorter than its own length field counts as
+/// partial: any other damage is left for validation to report.
+pub fn whole_batches_len(records: &[u8]) -> usize {
+    let mut position = 0;
+    while position < records.len() {
+        let rest = &records[position..];
+        if rest.len() < LOG_OVERHEAD {
+            return position;
+        }
+        let batch_length = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        let Ok(body) = usize::try_from(batch_length) else { return records.len() };
+        if LOG_OVERHEAD + body > rest.len() {
+            return position;
+        }
+        position += LOG_OVERHEAD + body;
+    }
+    records.len()
+}
+
 #[cfg(test)]
 pub(crate) mod test_batches {
     //! Builds valid v2 batches by hand: header fields, opaque record bytes,
@@ -317,5 +339,21 @@ mod tests {
         records.push(0);
         assert!(split_record_set(&records).is_err());
         assert!(split_record_set(&[]).is_err());
+    }
+
+    #[test]
+    fn a_partial_last_batch_is_cut_off_and_nothing_else() {
+        let mut records = build_batch(2, 0, b"a");
+        let first = records.len();
+        records.extend(build_batch(3, 0, b"bb"));
+        assert_eq!(whole_batches_len(&records), records.len());
+        for cut in [first + 1, first + LOG_OVERHEAD, first + HEADER_BYTES, records.len() - 1] {
+            assert_eq!(whole_batches_len(&records[..cut]), first, "cut at {cut}");
+        }
+        assert_eq!(whole_batches_len(&[]), 0);
+        // A negative length is damage, not a partial batch: left for validation.
+        let mut bad = records.clone();
+        bad[first + 8..first + 12].copy_from_slice(&(-5i32).to_be_bytes());
+        assert_eq!(whole_batches_len(&bad), bad.len());
     }
 }

@@ -15,6 +15,7 @@
 //! Map: [`batch`] (header view), [`offset_index`], [`time_index`],
 //! [`segment`] (one `.log` plus its indexes, recovery scan), [`leader_epoch`],
 //! [`checkpoint`] (atomic writes), [`partition_log`] (the log itself),
+//! [`slice`] (a file range a Fetch sends without copying),
 //! [`validator`] (per-record checks a leader makes before appending).
 
 pub mod batch;
@@ -24,6 +25,7 @@ pub mod leader_epoch;
 pub mod offset_index;
 pub mod partition_log;
 pub mod segment;
+pub mod slice;
 pub mod time_index;
 pub mod validator;
 
@@ -34,6 +36,7 @@ use thiserror::Error;
 pub use batch::{BatchError, BatchHeader};
 pub use leader_epoch::{EpochEndOffset, EpochEntry};
 pub use partition_log::{AppendInfo, PartitionLog, RetentionOutcome, TimestampOffset};
+pub use slice::FileSlice;
 pub use validator::{RecordError, RecordValidationError, TimestampType};
 
 /// Largest segment Strom accepts: index positions are 32-bit and Kafka caps

@@ -24,6 +24,7 @@ use super::leader_epoch::{EpochEndOffset, EpochEntry, LeaderEpochCache};
 use super::segment::{
     parse_segment_file_name, segment_file_name, BatchInfo, LogSegment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
 };
+use super::slice::FileSlice;
 use super::validator::{self, TimestampType};
 use super::{LogConfig, LogError, Result};
 
@@ -322,31 +323,44 @@ impl PartitionLog {
     /// end offset). Reads from one segment, as Kafka does. Empty at the log
     /// end; `OffsetOutOfRange` outside [log start offset, log end offset].
     pub fn read(&self, start_offset: i64, max_bytes: usize, max_offset: i64) -> Result<Bytes> {
-        self.read_bounded(start_offset, max_bytes, max_offset, true)
+        for segment in self.segments_from(start_offset)? {
+            if let Some(bytes) = segment.read(start_offset, max_bytes, max_offset, true)? {
+                return Ok(Bytes::from(bytes));
+            }
+        }
+        Ok(Bytes::new())
     }
 
-    /// As [`Self::read`], but the first batch is returned when larger than
-    /// `max_bytes` only if `min_one_batch` (Fetch: the first non-empty
-    /// partition of a response, KIP-74); otherwise nothing is.
-    pub fn read_bounded(
-        &self,
-        start_offset: i64,
-        max_bytes: usize,
-        max_offset: i64,
-        min_one_batch: bool,
-    ) -> Result<Bytes> {
+    /// The segments from the one that would hold `start_offset` on;
+    /// `OffsetOutOfRange` outside [log start offset, log end offset].
+    fn segments_from(&self, start_offset: i64) -> Result<impl Iterator<Item = &LogSegment>> {
         let log_end_offset = self.log_end_offset();
         let log_start_offset = self.log_start_offset();
         if start_offset < log_start_offset || start_offset > log_end_offset {
             return Err(LogError::OffsetOutOfRange { offset: start_offset, log_start_offset, log_end_offset });
         }
         let floor = self.segments.range(..=start_offset).next_back().map_or(log_start_offset, |(&base, _)| base);
-        for segment in self.segments.range(floor..).map(|(_, segment)| segment) {
-            if let Some(bytes) = segment.read(start_offset, max_bytes, max_offset, min_one_batch)? {
-                return Ok(Bytes::from(bytes));
+        Ok(self.segments.range(floor..).map(|(_, segment)| segment))
+    }
+
+    /// What a Fetch sends: as [`Self::read`], but as a file range, not the
+    /// bytes (see [`LogSegment::slice`]; the range may end inside a batch).
+    /// The first batch is returned when larger than `max_bytes` only if
+    /// `min_one_batch` (the first non-empty partition of a response,
+    /// KIP-74); otherwise nothing is.
+    pub fn slice(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<FileSlice> {
+        for segment in self.segments_from(start_offset)? {
+            if let Some(slice) = segment.slice(start_offset, max_bytes, max_offset, min_one_batch)? {
+                return Ok(slice);
             }
         }
-        Ok(Bytes::new())
+        Ok(FileSlice::empty())
     }
 
     /// The first batch whose max timestamp is >= `target_timestamp`

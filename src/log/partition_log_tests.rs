@@ -618,19 +618,45 @@ fn compaction_keeps_the_latest_record_of_each_key_and_every_offset() {
 }
 
 #[test]
-fn read_bounded_returns_an_oversized_first_batch_only_when_asked() {
+fn slice_returns_an_oversized_first_batch_only_when_asked() {
     let dir = tempfile::tempdir().expect("partition log test step");
     let mut config = small_config();
     config.segment_bytes = 1 << 20;
     let mut log = open(dir.path(), config, 0);
     let batches = append_batches(&mut log, 3, 0);
     let size = batches[0].len();
+    let slice =
+        |offset, max_bytes, max_offset, min_one| log.slice(offset, max_bytes, max_offset, min_one).expect("slice");
     // KIP-74: the first batch of a response goes whole even past the limit...
-    assert_eq!(log.read_bounded(0, 1, i64::MAX, true).expect("partition log test step").len(), size);
+    assert_eq!(slice(0, 1, i64::MAX, true).to_vec().expect("read"), batches[0]);
     // ...but a later partition's oversized first batch is not sent at all.
-    assert!(log.read_bounded(0, size - 1, i64::MAX, false).expect("partition log test step").is_empty());
-    assert!(log.read_bounded(0, 0, i64::MAX, false).expect("partition log test step").is_empty());
-    assert_eq!(log.read_bounded(0, size * 2, i64::MAX, false).expect("partition log test step").len(), size * 2);
+    assert!(slice(0, size - 1, i64::MAX, false).is_empty());
+    assert!(slice(0, 0, i64::MAX, false).is_empty());
+    assert_eq!(slice(0, size * 2, i64::MAX, false).to_vec().expect("read"), batches[..2].concat());
+    // Like Kafka's, a range may end inside a batch: it is bounded by bytes only.
+    assert_eq!(
+        slice(0, size * 2 + 7, i64::MAX, false).to_vec().expect("read"),
+        [&batches[..2].concat()[..], &batches[2][..7]].concat()
+    );
+    // It stops before the batch that starts at the bound (the high watermark).
+    let second = log.read(0, size * 10, i64::MAX).expect("read");
+    let bound = BatchHeader::parse(&second[size..]).expect("header").base_offset();
+    assert_eq!(slice(0, size * 10, bound, false).len(), size);
+    assert!(slice(bound, size * 10, bound, true).is_empty(), "nothing at the bound itself");
+    assert_eq!(slice(0, size * 10, i64::MAX, false).len(), size * 3);
+    assert!(slice(log.log_end_offset(), 100, i64::MAX, true).is_empty(), "empty at the log end");
+    assert!(matches!(log.slice(log.log_end_offset() + 1, 100, i64::MAX, true), Err(LogError::OffsetOutOfRange { .. })));
+}
+
+#[test]
+fn a_slice_outlives_its_segment() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut log = open(dir.path(), small_config(), 0);
+    let batches = append_batches(&mut log, 2, 0);
+    let slice = log.slice(0, 1 << 20, i64::MAX, true).expect("slice");
+    drop(log);
+    fs::remove_dir_all(dir.path()).expect("delete the log");
+    assert_eq!(slice.to_vec().expect("the open file still reads"), batches.concat());
 }
 
 #[test]

@@ -14,11 +14,13 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{BufReader, ErrorKind, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use tracing::warn;
 
 use super::batch::{BatchError, BatchHeader, CRC_COVERED_FROM, HEADER_BYTES, LOG_OVERHEAD};
 use super::offset_index::OffsetIndex;
+use super::slice::FileSlice;
 use super::time_index::TimeIndex;
 use super::{LogConfig, LogError, Result};
 
@@ -85,7 +87,8 @@ pub struct BatchAt {
 pub struct LogSegment {
     base_offset: i64,
     log_path: PathBuf,
-    log_file: File,
+    /// Shared with the [`FileSlice`]s reads hand out, which may outlive the segment.
+    log_file: Arc<File>,
     size_bytes: u64,
     /// Last offset + 1 of the last batch; the base offset when empty.
     next_offset: i64,
@@ -131,7 +134,7 @@ impl LogSegment {
         Ok(Self {
             base_offset,
             log_path,
-            log_file,
+            log_file: Arc::new(log_file),
             size_bytes: 0,
             next_offset: base_offset,
             max_timestamp: -1,
@@ -175,7 +178,7 @@ impl LogSegment {
                     let mut segment = Self {
                         base_offset,
                         log_path,
-                        log_file,
+                        log_file: Arc::new(log_file),
                         size_bytes,
                         next_offset,
                         max_timestamp: -1,
@@ -342,6 +345,42 @@ impl LogSegment {
         }
         bytes.truncate(total as usize);
         Ok(Some(bytes))
+    }
+
+    /// Kafka's read: the file range from the batch holding `start_offset` up
+    /// to `max_bytes` (raised to the first batch's size when
+    /// `min_one_batch`, else nothing if the first batch is larger), ending
+    /// before the first batch whose base offset is >= `max_offset`. The
+    /// range may end inside a batch, as Kafka's does; clients drop a partial
+    /// last batch. Costs an index lookup and a short header scan, never a
+    /// read of the records. `None` when this segment holds nothing at or
+    /// after `start_offset`.
+    pub fn slice(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<Option<FileSlice>> {
+        let Some(first) = self.translate_offset(start_offset)? else {
+            return Ok(None);
+        };
+        let empty = || Ok(Some(FileSlice::new(self.log_file.clone(), first.position, 0)));
+        let max_bytes = max_bytes as u64;
+        if first.info.base_offset >= max_offset || (first.info.size_bytes > max_bytes && !min_one_batch) {
+            return empty();
+        }
+        let end = if max_offset >= self.next_offset {
+            self.size_bytes
+        } else {
+            match self.translate_offset(max_offset)? {
+                Some(at) if at.info.base_offset >= max_offset => at.position,
+                Some(at) => at.position + at.info.size_bytes,
+                None => self.size_bytes,
+            }
+        };
+        let len = (end - first.position).min(max_bytes.max(first.info.size_bytes));
+        Ok(Some(FileSlice::new(self.log_file.clone(), first.position, len)))
     }
 
     /// The first batch whose max timestamp is >= `target`.

@@ -25,6 +25,7 @@ use super::client::KafkaConnection;
 use super::partition::Partition;
 use super::ReplicaManager;
 use crate::clock::mono_ms;
+use crate::log::batch::whole_batches_len;
 
 /// Bytes per partition in one follower fetch (Kafka's `replica.fetch.max.bytes`).
 const PARTITION_FETCH_BYTES: i32 = 1024 * 1024;
@@ -282,7 +283,8 @@ impl FetcherManager {
                 let (Some(p), Some(epoch)) = (self.replicas.get(&key.0, key.1), epochs.get(&key)) else { continue };
                 let outcome = match ResponseError::try_from_code(r.error_code) {
                     None => {
-                        let records = r.records.unwrap_or_default();
+                        let mut records = r.records.unwrap_or_default();
+                        records.truncate(whole_batches_len(&records));
                         if throttled.contains(&key) {
                             throttle.record(records.len(), mono_ms());
                         }

@@ -18,7 +18,7 @@ use super::isr::{desired_isr, FollowerProgress, LeaderView};
 use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
 use crate::clock::{mono_ms, wall_ms};
 use crate::log::batch::{split_record_set, BatchHeader};
-use crate::log::{LogConfig, LogError, PartitionLog, TimestampType};
+use crate::log::{FileSlice, LogConfig, LogError, PartitionLog, TimestampType};
 
 /// ListOffsets' timestamp for "the record with the largest timestamp"
 /// (KIP-734, ListOffsets v7+).
@@ -70,7 +70,8 @@ pub enum CommitWait {
 /// What a fetch read.
 #[derive(Debug, Clone)]
 pub struct ReadResult {
-    pub records: Bytes,
+    /// Where the records are in the log: sent from there, not copied.
+    pub records: FileSlice,
     pub high_watermark: i64,
     pub log_start_offset: i64,
     pub log_end_offset: i64,
@@ -535,9 +536,9 @@ impl Partition {
             None => st.high_watermark,
         };
         let records = if fetch_offset >= max_offset && fetch_offset <= st.log.log_end_offset() {
-            Bytes::new()
+            FileSlice::empty()
         } else {
-            st.log.read_bounded(fetch_offset, max_bytes, max_offset, min_one_batch)?
+            st.log.slice(fetch_offset, max_bytes, max_offset, min_one_batch)?
         };
         Ok(ReadResult {
             records,

@@ -2,7 +2,9 @@
 //! consumers (up to the log end for follower replicas), bounded by
 //! `max_bytes` and each partition's limit; long-polls up to `max_wait_ms`
 //! until `min_bytes` are there. Sessions are not kept: every answer is a
-//! full, sessionless one (session id 0), which clients accept.
+//! full, sessionless one (session id 0), which clients accept. Records are
+//! not read: each partition's answer is a range of its segment file, which
+//! the connection sends from the page cache (see [`crate::kafka::frame`]).
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +15,7 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse};
 
 use super::{missing_partition_code, partition_error_code};
 use crate::clock::mono_ms;
+use crate::kafka::frame::RecordSlices;
 use crate::log::LogError;
 use crate::node::NodeContext;
 use crate::replication::PartitionError;
@@ -32,8 +35,14 @@ fn empty(index: i32, code: i16) -> PartitionData {
         .with_records(Some(Bytes::new()))
 }
 
-/// One pass over the requested partitions; returns the answer and its bytes.
-fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> (Vec<FetchableTopicResponse>, usize) {
+/// One pass over the requested partitions; returns the answer, the file
+/// ranges its records fields stand for, and its bytes.
+fn read_all(
+    ctx: &NodeContext,
+    request: &FetchRequest,
+    replica: Option<i32>,
+) -> (Vec<FetchableTopicResponse>, RecordSlices, usize) {
+    let mut slices = RecordSlices::default();
     let mut budget = request.max_bytes.max(0) as usize;
     let mut total = 0usize;
     let image = ctx.quorum.image();
@@ -87,7 +96,7 @@ fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> 
                                 .with_high_watermark(r.high_watermark)
                                 .with_last_stable_offset(r.high_watermark)
                                 .with_log_start_offset(r.log_start_offset)
-                                .with_records(Some(r.records))
+                                .with_records(Some(slices.add(r.records)))
                         }
                         // Out of range: the log start offset and high watermark
                         // tell a follower (or a consumer's reset) where the log is.
@@ -105,10 +114,11 @@ fn read_all(ctx: &NodeContext, request: &FetchRequest, replica: Option<i32>) -> 
             FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions)
         })
         .collect();
-    (topics, total)
+    (topics, slices, total)
 }
 
-pub async fn handle(ctx: &NodeContext, request: FetchRequest, version: i16) -> FetchResponse {
+/// The answer, and the file ranges its records fields stand for.
+pub async fn handle(ctx: &NodeContext, request: FetchRequest, version: i16) -> (FetchResponse, RecordSlices) {
     let replica = [request.replica_id.0, request.replica_state.replica_id.0].into_iter().find(|id| *id >= 0);
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let min_bytes = request.min_bytes.max(0) as usize;
@@ -122,7 +132,7 @@ pub async fn handle(ctx: &NodeContext, request: FetchRequest, version: i16) -> F
             .map(|p| if replica.is_some() { p.subscribe_log_end() } else { p.subscribe() })
             .collect();
         let mut roles = ctx.replicas.subscribe();
-        let (mut topics, bytes) = read_all(ctx, &request, replica);
+        let (mut topics, slices, bytes) = read_all(ctx, &request, replica);
         if version < 5 {
             // The log start offset is not in responses before v5.
             topics.iter_mut().flat_map(|t| t.partitions.iter_mut()).for_each(|p| p.log_start_offset = -1);
@@ -130,7 +140,7 @@ pub async fn handle(ctx: &NodeContext, request: FetchRequest, version: i16) -> F
         let now = Instant::now();
         let any_error = topics.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != 0);
         if bytes >= min_bytes || now >= deadline || any_error || watches.is_empty() {
-            return FetchResponse::default().with_responses(topics).with_session_id(0);
+            return (FetchResponse::default().with_responses(topics).with_session_id(0), slices);
         }
         let changes: Vec<_> = watches.iter_mut().map(|w| Box::pin(w.changed())).collect();
         tokio::select! {
