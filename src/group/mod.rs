@@ -261,8 +261,8 @@ impl GroupCoordinator {
             .enumerate()
             .map(|(i, (key, value))| plain_record(i as i64, Some(key), value, now))
             .collect();
-        let mut buf = encode_batch(batch).ok_or(ResponseError::UnknownServerError)?;
-        let appended = p.append_as_leader(&mut buf, true).map_err(|e| write_error(&e))?;
+        let buf = encode_batch(batch).ok_or(ResponseError::UnknownServerError)?;
+        let appended = p.append_as_leader(&buf, true).map_err(|e| write_error(&e))?;
         Ok(Appended {
             partition,
             base_offset: appended.base_offset,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::AsyncReadExt;
@@ -146,27 +146,26 @@ fn decode_frame(mut frame: Bytes) -> Result<Frame, ConnectionError> {
     if frame.len() < 4 {
         return Err(ConnectionError::FrameTooShort(frame.len()));
     }
-    let api_key = frame.get_i16();
-    let version = frame.get_i16();
+    // Peeked, not consumed: the header decoder reads them again, and the
+    // frame is decoded where it lies (its records are not copied).
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
     let api = ApiKey::try_from(api_key).map_err(|_| ConnectionError::UnknownApi(api_key))?;
     let Some(range) = registry::supported(api) else {
         return Err(ConnectionError::UnknownApi(api_key));
     };
     if version < range.min || version > range.max {
-        if api == ApiKey::ApiVersions && version > range.max && frame.len() >= 4 {
-            return Ok(Frame::ApiVersionsTooNew { correlation_id: frame.get_i32() });
+        if api == ApiKey::ApiVersions && version > range.max && frame.len() >= 8 {
+            return Ok(Frame::ApiVersionsTooNew {
+                correlation_id: i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]),
+            });
         }
         return Err(ConnectionError::UnsupportedVersion { api, version });
     }
     let malformed = |reason: String| ConnectionError::Malformed { api, version, reason };
-    let mut whole = BytesMut::with_capacity(frame.len() + 4);
-    whole.put_i16(api_key);
-    whole.put_i16(version);
-    whole.extend_from_slice(&frame);
-    let mut whole = whole.freeze();
     let header =
-        RequestHeader::decode(&mut whole, api.request_header_version(version)).map_err(|e| malformed(e.to_string()))?;
-    let body = RequestKind::decode(api, &mut whole, version).map_err(|e| malformed(e.to_string()))?;
+        RequestHeader::decode(&mut frame, api.request_header_version(version)).map_err(|e| malformed(e.to_string()))?;
+    let body = RequestKind::decode(api, &mut frame, version).map_err(|e| malformed(e.to_string()))?;
     Ok(Frame::Request(Box::new(Request { header, api, body })))
 }
 
@@ -308,6 +307,51 @@ mod tests {
         let at_once: PendingResponse = Box::pin(async { None });
         assert!(matches!(start_here(at_once).await, Ok(None)), "a handler that never waits is done");
         assert!(STARTED_IN_ORDER.contains(&ApiKey::OffsetCommit));
+    }
+
+    #[test]
+    fn a_large_produce_is_decoded_and_appended_without_copying_its_records() {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::{ProduceRequest, TopicName};
+
+        use crate::log::batch::test_batches::build_batch;
+        use crate::log::{LogConfig, PartitionLog};
+        use crate::replication::partition::Partition;
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig { segment_bytes: 64 << 20, max_message_bytes: 8 << 20, ..LogConfig::default() };
+        let log = PartitionLog::open(dir.path(), "t", 0, config, 0, 0).expect("open");
+        let partition = Partition::open("t", 0, 1, log).expect("partition");
+        partition.become_leader(1, 1, &[1], &[1]);
+        partition.append_as_leader(&build_batch(1, 1_000, b"warm"), false).expect("warm-up append");
+
+        let records = Bytes::from(build_batch(1_000, 1_000, &vec![7u8; 4 << 20]));
+        let request = ProduceRequest::default().with_acks(1).with_timeout_ms(1_000).with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(crate::kafka::handlers::str_bytes("t")))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(0)
+                    .with_records(Some(records.clone()))]),
+        ]);
+        let mut frame = BytesMut::new();
+        let header =
+            RequestHeader::default().with_request_api_key(0).with_request_api_version(9).with_correlation_id(1);
+        header.encode(&mut frame, ApiKey::Produce.request_header_version(9)).expect("header");
+        request.encode(&mut frame, 9).expect("body");
+        let frame = frame.freeze();
+
+        let allocated = allocation_counter::measure(|| {
+            let Ok(Frame::Request(decoded)) = decode_frame(frame.clone()) else { panic!("decodes") };
+            let RequestKind::Produce(produce) = decoded.body else { panic!("a produce") };
+            let data = produce.topic_data[0].partition_data[0].records.clone().expect("records");
+            partition.append_as_leader(&data, false).expect("append");
+        });
+        assert!(
+            allocated.bytes_total < 64 * 1024,
+            "a {} byte produce allocated {} bytes between the frame and the log: its records were copied",
+            records.len(),
+            allocated.bytes_total
+        );
     }
 
     proptest::proptest! {

@@ -118,6 +118,13 @@ impl<'a> BatchHeader<'a> {
         Ok(header)
     }
 
+    /// Base offset and partition leader epoch from the first
+    /// [`ASSIGNED_HEAD_BYTES`] of a batch (no other field is needed).
+    pub fn parse_assigned(head: &[u8]) -> (i64, i32) {
+        assert!(head.len() >= ASSIGNED_HEAD_BYTES, "the assigned head is whole");
+        (be_i64(head, BASE_OFFSET_AT), be_i32(head, PARTITION_LEADER_EPOCH_AT))
+    }
+
     pub fn base_offset(&self) -> i64 {
         be_i64(self.bytes, BASE_OFFSET_AT)
     }
@@ -180,6 +187,10 @@ impl<'a> BatchHeader<'a> {
         be_i32(self.bytes, RECORD_COUNT_AT)
     }
 }
+
+/// The bytes of a batch's head that hold what the leader assigns: baseOffset
+/// (0..8) and partitionLeaderEpoch (12..16), with batchLength between.
+pub const ASSIGNED_HEAD_BYTES: usize = 16;
 
 /// Rewrites baseOffset in place. The field is outside the CRC.
 /// `batch` must hold at least the 12-byte log overhead.

@@ -196,7 +196,7 @@ impl PartitionLog {
     /// checks ([`validator`]) run first; a LogAppendTime topic stamps each
     /// batch with `now_ms`. All or nothing: a bad batch or record rejects
     /// the whole set before anything is written.
-    pub fn append_as_leader(&mut self, records: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
+    pub fn append_as_leader(&mut self, records: &[u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
         let ranges = split_record_set(records)?;
         for range in &ranges {
             let size = range.len() as u64;
@@ -211,18 +211,26 @@ impl PartitionLog {
         }
         let topic_partition = partition_dir_name(&self.topic, self.partition);
         validator::validate_records(records, &ranges, &self.config, now_ms, &topic_partition)?;
+        // The record set is written as received; only each batch's head, with
+        // the offsets and epoch the log assigns, is new. Those fields lie
+        // outside the CRC. LogAppendTime rewrites fields inside it, so such a
+        // batch is copied whole.
         let log_append_time = self.config.timestamp_type == TimestampType::LogAppendTime;
         let mut next_offset = self.log_end_offset();
+        let mut heads = Vec::with_capacity(ranges.len());
         for range in &ranges {
-            let batch_bytes = &mut records[range.clone()];
+            let batch_bytes = &records[range.clone()];
+            let mut head =
+                batch_bytes[..if log_append_time { batch_bytes.len() } else { batch::ASSIGNED_HEAD_BYTES }].to_vec();
             if log_append_time {
-                batch::set_log_append_time(batch_bytes, now_ms);
+                batch::set_log_append_time(&mut head, now_ms);
             }
-            batch::set_base_offset(batch_bytes, next_offset);
-            batch::set_partition_leader_epoch(batch_bytes, leader_epoch);
-            next_offset = BatchHeader::parse(batch_bytes)?.last_offset() + 1;
+            batch::set_base_offset(&mut head, next_offset);
+            batch::set_partition_leader_epoch(&mut head, leader_epoch);
+            next_offset += i64::from(BatchHeader::parse(batch_bytes)?.last_offset_delta()) + 1;
+            heads.push(head);
         }
-        self.append_validated(records, &ranges, now_ms)
+        self.append_validated(records, &ranges, &heads, now_ms)
     }
 
     /// Appends a record set fetched from the leader, offsets and epochs as
@@ -241,18 +249,24 @@ impl PartitionLog {
             }
             next_offset = header.last_offset() + 1;
         }
-        self.append_validated(records, &ranges, now_ms)
+        let heads = vec![Vec::new(); ranges.len()];
+        self.append_validated(records, &ranges, &heads, now_ms)
     }
 
+    /// Appends the batches at `ranges` of `records`, each written as its
+    /// `heads` entry followed by the rest of the batch as received.
     fn append_validated(
         &mut self,
         records: &[u8],
         ranges: &[std::ops::Range<usize>],
+        heads: &[Vec<u8>],
         now_ms: i64,
     ) -> Result<AppendInfo> {
+        assert_eq!(ranges.len(), heads.len(), "one head per batch");
         let infos: Vec<BatchInfo> = ranges
             .iter()
-            .map(|range| BatchHeader::parse(&records[range.clone()]).map(|header| BatchInfo::from_header(&header)))
+            .zip(heads)
+            .map(|(range, head)| BatchInfo::with_head(&records[range.clone()], head))
             .collect::<std::result::Result<_, _>>()?;
         let (Some(first), Some(last)) = (infos.first(), infos.last()) else {
             return Err(LogError::CorruptBatch(batch::BatchError::TooShort { len: records.len() }));
@@ -266,9 +280,9 @@ impl PartitionLog {
         };
         self.last_seen_ms = self.last_seen_ms.max(now_ms);
         self.maybe_roll(&append, now_ms)?;
-        for (range, info) in ranges.iter().zip(&infos) {
+        for ((range, head), info) in ranges.iter().zip(heads).zip(&infos) {
             self.leader_epoch_cache.assign(info.partition_leader_epoch, info.base_offset)?;
-            self.active_mut().append(&records[range.clone()], info)?;
+            self.active_mut().append(head, &records[range.clone()], info)?;
         }
         self.unflushed_messages += append.record_count;
         self.maybe_flush(now_ms)?;
@@ -477,7 +491,7 @@ impl PartitionLog {
             let Some(batches) = super::compaction::compact_segment(&raw, &latest) else { continue };
             let mut fresh = LogSegment::create(&scratch, base, &self.config, now_ms)?;
             for (batch, info) in &batches {
-                fresh.append(batch, info)?;
+                fresh.append(&[], batch, info)?;
             }
             fresh.on_become_inactive()?;
             let new_size = fresh.size_bytes();

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use tracing::warn;
 
-use super::batch::{BatchError, BatchHeader, CRC_COVERED_FROM, HEADER_BYTES, LOG_OVERHEAD};
+use super::batch::{BatchError, BatchHeader, ASSIGNED_HEAD_BYTES, CRC_COVERED_FROM, HEADER_BYTES, LOG_OVERHEAD};
 use super::offset_index::OffsetIndex;
 use super::slice::FileSlice;
 use super::time_index::TimeIndex;
@@ -57,6 +57,23 @@ pub struct BatchInfo {
 }
 
 impl BatchInfo {
+    /// The info of `batch` as written with `head` in place of its first
+    /// bytes: a whole rewritten header, or the first
+    /// [`super::batch::ASSIGNED_HEAD_BYTES`] (base offset and leader epoch),
+    /// or nothing (written as received).
+    pub fn with_head(batch: &[u8], head: &[u8]) -> std::result::Result<Self, BatchError> {
+        if head.len() >= HEADER_BYTES {
+            return Ok(Self::from_header(&BatchHeader::parse(head)?));
+        }
+        let mut info = Self::from_header(&BatchHeader::parse(batch)?);
+        if head.len() >= ASSIGNED_HEAD_BYTES {
+            let assigned = BatchHeader::parse_assigned(head);
+            info.last_offset = assigned.0 + (info.last_offset - info.base_offset);
+            (info.base_offset, info.partition_leader_epoch) = assigned;
+        }
+        Ok(info)
+    }
+
     pub fn from_header(header: &BatchHeader<'_>) -> Self {
         Self {
             base_offset: header.base_offset(),
@@ -285,12 +302,28 @@ impl LogSegment {
         Ok(())
     }
 
-    /// Appends one validated batch whose offsets are already assigned.
-    pub fn append(&mut self, batch: &[u8], info: &BatchInfo) -> Result<()> {
+    /// Appends one validated batch, written as `head` (the first bytes with
+    /// the offsets the log assigned, or empty) and then the rest of `batch`
+    /// as received, in one vectored write: the record set is not copied.
+    pub fn append(&mut self, head: &[u8], batch: &[u8], info: &BatchInfo) -> Result<()> {
         assert_eq!(batch.len() as u64, info.size_bytes, "batch bytes and header disagree");
+        assert!(head.len() <= batch.len(), "a batch's head is part of it");
         assert!(info.base_offset >= self.next_offset, "offsets only grow within a segment");
         let position = self.size_bytes;
-        self.log_file.write_all_at(batch, position)?;
+        let mut parts = [std::io::IoSlice::new(head), std::io::IoSlice::new(&batch[head.len()..])];
+        let mut parts = &mut parts[..];
+        let mut at = position;
+        while !parts.is_empty() {
+            match rustix::io::pwritev(&*self.log_file, parts, at) {
+                Ok(0) => return Err(LogError::Io(ErrorKind::WriteZero.into())),
+                Ok(n) => {
+                    at += n as u64;
+                    std::io::IoSlice::advance_slices(&mut parts, n);
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(LogError::Io(e.into())),
+            }
+        }
         self.size_bytes += info.size_bytes;
         self.note_batch(info, position)
     }

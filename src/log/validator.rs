@@ -217,19 +217,20 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = LogConfig { keys_required: true, ..LogConfig::default() };
         let mut log = PartitionLog::open(dir.path(), "t", 0, config, 0, 1_000).expect("open");
-        let mut keyless = encode(&[(Some("k"), 5), (None, 6)], Compression::None);
-        let e = log.append_as_leader(&mut keyless, 0, 1_000).expect_err("refused");
+        let keyless = encode(&[(Some("k"), 5), (None, 6)], Compression::None);
+        let e = log.append_as_leader(&keyless, 0, 1_000).expect_err("refused");
         assert!(matches!(e, LogError::InvalidRecords(_)), "{e}");
         assert_eq!(log.log_end_offset(), 0, "nothing of a refused set is written");
-        let mut keyed = encode(&[(Some("k"), 5)], Compression::None);
-        log.append_as_leader(&mut keyed, 0, 1_000).expect("keyed records pass");
+        let keyed = encode(&[(Some("k"), 5)], Compression::None);
+        log.append_as_leader(&keyed, 0, 1_000).expect("keyed records pass");
         assert_eq!(log.log_end_offset(), 1);
 
         let config = LogConfig { timestamp_type: TimestampType::LogAppendTime, ..LogConfig::default() };
         log.set_config(config).expect("config");
-        let mut old = encode(&[(None, 5), (None, 6)], Compression::None);
-        log.append_as_leader(&mut old, 0, 7_000).expect("append");
-        let header = BatchHeader::validate(&old).expect("still a valid batch");
+        let old = encode(&[(None, 5), (None, 6)], Compression::None);
+        log.append_as_leader(&old, 0, 7_000).expect("append");
+        let stored = log.read(1, 1 << 20, i64::MAX).expect("read back");
+        let header = BatchHeader::validate(&stored).expect("still a valid batch");
         assert!(header.is_log_append_time());
         assert_eq!((header.max_timestamp(), header.base_offset()), (7_000, 1));
     }

@@ -453,7 +453,7 @@ impl Partition {
 
     /// Appends a produce request's record set as leader. Batches are checked
     /// (CRC, size, producer sequence) before anything is written.
-    pub fn append_as_leader(&self, records: &mut [u8], acks_all: bool) -> Result<AppendResult, PartitionError> {
+    pub fn append_as_leader(&self, records: &[u8], acks_all: bool) -> Result<AppendResult, PartitionError> {
         let mut st = self.state();
         if !st.is_leader {
             return Err(PartitionError::NotLeader);
@@ -699,8 +699,8 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, 0).expect("open");
         for i in 0..3 {
-            let mut batch = build_batch(3, 1_000 * (i + 1), &[7u8; 40]);
-            log.append_as_leader(&mut batch, 1, 0).expect("append");
+            let batch = build_batch(3, 1_000 * (i + 1), &[7u8; 40]);
+            log.append_as_leader(&batch, 1, 0).expect("append");
         }
         let end = log.log_end_offset();
         let p = Partition::open("t", 0, 1, log).expect("partition");
@@ -724,8 +724,8 @@ mod tests {
     fn a_new_leader_refuses_latest_offsets_until_its_high_watermark_reaches_its_epoch() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, 0).expect("open");
-        let mut batch = build_batch(3, 1_000, &[7u8; 40]);
-        log.append_as_leader(&mut batch, 1, 0).expect("append");
+        let batch = build_batch(3, 1_000, &[7u8; 40]);
+        log.append_as_leader(&batch, 1, 0).expect("append");
         let end = log.log_end_offset();
         let p = Partition::open("t", 0, 1, log).expect("partition");
         // Elected with records its old high watermark does not cover yet.

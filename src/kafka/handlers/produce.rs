@@ -111,8 +111,7 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
                 partitions.push(error_response(index, ResponseError::CorruptMessage.code()));
                 continue;
             };
-            let mut buf = records.to_vec();
-            match partition.append_as_leader(&mut buf, acks_all) {
+            match partition.append_as_leader(&records, acks_all) {
                 Ok(r) => {
                     if wait_commit {
                         pending.push((t, p, partition.clone(), r.last_offset, r.leader_epoch));
