@@ -147,7 +147,10 @@ impl Controller {
                 self.controlled_shutdown(&quorum, broker_id, incarnation_id).await
             }
             ControllerRequest::AlterPartition { broker_id, topic, partition, leader_epoch, partition_epoch, isr } => {
-                let _guard = self.write_lock.lock().await;
+                let _guard = match self.decision_lock(&quorum).await {
+                    Ok(guard) => guard,
+                    Err(e) => return ControllerResponse::Error(e),
+                };
                 let image = quorum.image();
                 match election::alter_partition(
                     &image,
@@ -196,6 +199,19 @@ impl Controller {
         ))
     }
 
+    /// The write lock, taken once every entry in this controller's log is
+    /// applied. Every decision is made under it: a decision read from an
+    /// image that lacks an earlier, still uncommitted proposal of this
+    /// controller would be applied after it and undo it. (Seen in the fault
+    /// harness: a fence of broker 1 computed while the fence of broker 3
+    /// waited for a quorum elected broker 3 again, after broker 1 alone had
+    /// advanced the high watermark: committed records were lost.)
+    async fn decision_lock(&self, quorum: &Quorum) -> Result<tokio::sync::MutexGuard<'_, ()>, ApiError> {
+        let guard = self.write_lock.lock().await;
+        self.settle(quorum).await?;
+        Ok(guard)
+    }
+
     async fn propose(&self, quorum: &Quorum, records: Vec<MetadataRecord>) -> Result<u64, ApiError> {
         if records.is_empty() {
             return Ok(0);
@@ -233,7 +249,10 @@ impl Controller {
         if broker.state != BrokerState::Fenced || !self.liveness().caught_up(broker_id, applied) {
             return ControllerResponse::Heartbeat { fenced: broker.state == BrokerState::Fenced, index: 0 };
         }
-        let _guard = self.write_lock.lock().await;
+        let _guard = match self.decision_lock(quorum).await {
+            Ok(guard) => guard,
+            Err(e) => return ControllerResponse::Error(e),
+        };
         let image = quorum.image();
         if !image
             .brokers
@@ -265,7 +284,7 @@ impl Controller {
         addrs: BrokerAddrs,
     ) -> Result<u64, ApiError> {
         let BrokerAddrs { kafka, admin, raft, rack } = addrs;
-        let _guard = self.write_lock.lock().await;
+        let _guard = self.decision_lock(quorum).await?;
         let node_id =
             u64::try_from(broker_id).map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "bad broker id"))?;
         if quorum.image().retired_brokers.get(&broker_id) == Some(&incarnation_id) {
@@ -297,7 +316,7 @@ impl Controller {
     }
 
     async fn controlled_shutdown(&self, quorum: &Quorum, broker_id: i32, incarnation_id: u64) -> Result<u64, ApiError> {
-        let _guard = self.write_lock.lock().await;
+        let _guard = self.decision_lock(quorum).await?;
         let image = quorum.image();
         if image.brokers.get(&broker_id).is_none_or(|b| b.incarnation_id != incarnation_id) {
             return Ok(0);
@@ -314,8 +333,7 @@ impl Controller {
     /// Promotes an observer (`add`) or demotes a voter, if the quorum keeps a
     /// live majority; done once the new voter set is committed.
     async fn change_voters(&self, quorum: &Quorum, node_id: u64, add: bool) -> Result<u64, ApiError> {
-        let _guard = self.write_lock.lock().await;
-        self.settle(quorum).await?;
+        let _guard = self.decision_lock(quorum).await?;
         let image = quorum.image();
         let view = voters::QuorumView {
             voters: quorum.voters().into_keys().collect(),
@@ -331,7 +349,10 @@ impl Controller {
     }
 
     async fn allocate_producer_ids(&self, quorum: &Quorum, broker_id: i32) -> ControllerResponse {
-        let _guard = self.write_lock.lock().await;
+        let _guard = match self.decision_lock(quorum).await {
+            Ok(guard) => guard,
+            Err(e) => return ControllerResponse::Error(e),
+        };
         let start = quorum.image().next_producer_id;
         let records = vec![MetadataRecord::ProducerIds { broker_id, next_producer_id: start + PRODUCER_ID_BLOCK }];
         match self.propose(quorum, records).await {
@@ -341,8 +362,7 @@ impl Controller {
     }
 
     async fn admin_write(&self, quorum: &Quorum, request: ControllerRequest) -> Result<u64, ApiError> {
-        let _guard = self.write_lock.lock().await;
-        self.settle(quorum).await?;
+        let _guard = self.decision_lock(quorum).await?;
         let image = quorum.image();
         let start = rand::thread_rng().gen_range(0..image.brokers.len().max(1));
         let records = match &request {
@@ -473,7 +493,13 @@ impl Controller {
     async fn fence_expired(&self, quorum: &Quorum) {
         let expired = self.liveness().expired(&quorum.image(), Instant::now());
         for broker_id in expired {
-            let _guard = self.write_lock.lock().await;
+            let _guard = match self.decision_lock(quorum).await {
+                Ok(guard) => guard,
+                Err(e) => {
+                    tracing::warn!(broker_id, error = %e, "fencing deferred");
+                    return;
+                }
+            };
             let image = quorum.image();
             if !image.brokers.get(&broker_id).is_some_and(|b| b.state != BrokerState::Fenced) {
                 continue;
@@ -513,7 +539,7 @@ impl Controller {
                 return;
             }
         }
-        let _guard = self.write_lock.lock().await;
+        let Ok(_guard) = self.decision_lock(quorum).await else { return };
         let image = quorum.image();
         off.extend(image.brokers.values().filter(|b| b.decommissioning).map(|b| b.broker_id));
         let mut records: Vec<MetadataRecord> = Vec::new();
@@ -590,7 +616,7 @@ impl Controller {
         if nothing(&quorum.image()) {
             return;
         }
-        let _guard = self.write_lock.lock().await;
+        let Ok(_guard) = self.decision_lock(quorum).await else { return };
         let mut image = (*quorum.image()).clone();
         let mut records = Vec::new();
         if continuous {
@@ -642,7 +668,7 @@ impl Controller {
         if reassignment::completions(&quorum.image()).is_empty() {
             return false;
         }
-        let _guard = self.write_lock.lock().await;
+        let Ok(_guard) = self.decision_lock(quorum).await else { return false };
         let records = reassignment::completions(&quorum.image());
         let moved = records.len();
         match self.propose(quorum, records).await {
@@ -672,7 +698,7 @@ impl Controller {
             }
             *last = Instant::now();
         }
-        let _guard = self.write_lock.lock().await;
+        let Ok(_guard) = self.decision_lock(quorum).await else { return };
         let image = quorum.image();
         let records = election::preferred_elections(&image);
         if records.is_empty() {

@@ -270,3 +270,71 @@ def test_a_leader_cut_off_from_the_controller_stops_taking_writes(make_cluster, 
                      "log_level": 0})
     p.produce("cut", value=b"after", partition=0)
     assert p.flush(30) == 0, "writes are taken again once the quorum is back"
+
+
+def test_a_decision_waits_for_the_controllers_pending_one(make_cluster):
+    """Found by the fault harness (seed 204): the controller, cut off from the other
+    voters, proposed the fence of a stopped follower, which timed out but stayed in its
+    log; then it proposed fencing itself, decided against an image without that first
+    fence (the follower still "active", so elected leader with the ISR it was in). When
+    the voters came back both committed in that order: the first fence shrank the ISR to
+    the leader alone, whose high watermark took in its last records (acknowledged to
+    acks=all producers, min.insync.replicas=1), then the stale election handed the
+    partition to the follower, which never had them. Every controller decision now waits
+    until its own log is applied."""
+    import wire
+
+    cluster = make_cluster(3, FAST + ("replica.lag.time.max.ms=3000",))
+    controller = cluster.cluster_view(1)["controller_id"]
+    cluster.create_topic("pending", partitions=1, rf=3, configs={"min.insync.replicas": "1"})
+    cluster.wait_topic("pending", 1)
+    if cluster.topic("pending")["partitions"][0]["leader"] != controller:
+        target = [controller] + [b for b in (1, 2, 3) if b != controller]
+        status, body = cluster.send(1, "POST", "/v1/partitions/pending/0/reassign", {"replicas": target})
+        assert status == 202, body
+        cluster.send(1, "POST", "/v1/partitions/pending/0/elect-leader", {"type": "preferred"})
+        wait_for("the controller leading", 30, lambda: cluster.topic("pending")["partitions"][0]["leader"] == controller)
+    first, second = [b for b in (1, 2, 3) if b != controller]
+    addr = cluster.node(controller).kafka_addr
+    before = [(None, b"before-%d" % i) for i in range(20)]
+    assert wire.produce(addr, "pending", 0, wire.record_batch(before), acks=-1) == (0, 0)
+
+    cluster.kill(first)
+    down = [first]
+    try:
+        wait_for("the first follower, killed, fenced out of the ISR", 20,
+                 lambda: first not in (isr(cluster, "pending", 0, controller) or [first]))
+        cluster.kill(second)
+        down.append(second)
+        # Taken by the leader (sent once, never again) before it notices it is cut off;
+        # committed only when the ISR shrinks to the leader alone.
+        during = [(None, b"during-%d" % i) for i in range(20)]
+        code, _ = wire.produce(addr, "pending", 0, wire.record_batch(during), acks=-1, timeout_ms=1000)
+        assert code in (0, 7), f"produce while cut off answered {code}"  # 7: REQUEST_TIMED_OUT
+        log = cluster.node(controller).log
+        wait_for("the controller's fence of the second follower to time out, and its next decision to wait", 30,
+                 lambda: "fencing deferred" in open(log, errors="replace").read(), interval=0.2)
+    finally:
+        # Restarted (not resumed), they follow the controller, whose pending entries commit.
+        for b in down:
+            cluster.launch(b)
+    cluster.wait_active(timeout=60)
+    wait_for("the partition online", 30, lambda: cluster.topic("pending")["partitions"][0]["leader"] is not None)
+    # The leader was never deposed, only cut off: its records commit once the ISR
+    # shrinks to it alone (its high watermark passes them, and consumers may read them),
+    # whether or not the produce request still waited by then.
+    stored = {}
+    c = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "pending-check",
+                     "enable.auto.commit": False, "log_level": 0})
+    c.assign([ck.TopicPartition("pending", 0, 0)])
+    deadline = time.monotonic() + 30
+    try:
+        while len(stored) < 40 and time.monotonic() < deadline:
+            for m in c.consume(num_messages=1000, timeout=0.5):
+                if not m.error():
+                    stored[m.offset()] = m.value()
+    finally:
+        c.close()
+    expected = [v for _, v in before + during]
+    got = [stored.get(o) for o in range(40)]
+    assert got == expected, f"the leader's committed records were truncated: {got}"
