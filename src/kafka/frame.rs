@@ -188,18 +188,11 @@ impl FrameWriter {
         Self { writer, sendfile: true, scratch: Vec::new() }
     }
 
+    /// Writes the frame's pieces in order. (Corking the socket around them,
+    /// to send the small header pieces in full packets, halved consume
+    /// throughput in `bench/kafka_bench.py`: not done.)
     pub async fn write(&mut self, frame: &ResponseFrame) -> std::io::Result<()> {
-        let [Chunk::Bytes(only)] = &frame.chunks[..] else {
-            // Corked: the small header pieces between the file ranges leave
-            // as full packets, not one each.
-            let stream: &TcpStream = self.writer.as_ref();
-            rustix::net::sockopt::set_tcp_cork(stream, true)?;
-            let result = self.write_chunks(&frame.chunks).await;
-            let stream: &TcpStream = self.writer.as_ref();
-            rustix::net::sockopt::set_tcp_cork(stream, false)?;
-            return result;
-        };
-        self.writer.write_all(only).await
+        self.write_chunks(&frame.chunks).await
     }
 
     async fn write_chunks(&mut self, chunks: &[Chunk]) -> std::io::Result<()> {

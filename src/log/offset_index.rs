@@ -139,6 +139,16 @@ impl OffsetIndex {
         }
     }
 
+    /// The greatest entry whose position is <= `max_position` (a batch
+    /// boundary at or before it), or the segment start when there is none.
+    pub fn lookup_position(&self, max_position: u64) -> OffsetPosition {
+        let below = self.entries.partition_point(|&(_, position)| u64::from(position) <= max_position);
+        match below {
+            0 => OffsetPosition { offset: self.base_offset, position: 0 },
+            n => self.absolute(self.entries[n - 1]),
+        }
+    }
+
     /// Drops every entry whose offset is >= `offset`.
     pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
         let keep = self.entries.partition_point(|&entry| self.absolute(entry).offset < offset);

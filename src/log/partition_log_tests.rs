@@ -653,11 +653,9 @@ fn slice_returns_an_oversized_first_batch_only_when_asked() {
     assert!(slice(0, size - 1, i64::MAX, false).is_empty());
     assert!(slice(0, 0, i64::MAX, false).is_empty());
     assert_eq!(slice(0, size * 2, i64::MAX, false).to_vec().expect("read"), batches[..2].concat());
-    // Like Kafka's, a range may end inside a batch: it is bounded by bytes only.
-    assert_eq!(
-        slice(0, size * 2 + 7, i64::MAX, false).to_vec().expect("read"),
-        [&batches[..2].concat()[..], &batches[2][..7]].concat()
-    );
+    // A byte limit inside a batch ends the range at the batch before it.
+    assert_eq!(slice(0, size * 2 + 7, i64::MAX, false).to_vec().expect("read"), batches[..2].concat());
+    assert_eq!(slice(0, size * 3 - 1, i64::MAX, true).len(), size * 2);
     // It stops before the batch that starts at the bound (the high watermark).
     let second = log.read(0, size * 10, i64::MAX).expect("read");
     let bound = BatchHeader::parse(&second[size..]).expect("header").base_offset();
@@ -738,4 +736,26 @@ fn a_large_produce_is_written_without_copying_its_records() {
     assert_eq!(stored.len(), batch.len());
     assert_eq!(stored[batch::ASSIGNED_HEAD_BYTES..], batch[batch::ASSIGNED_HEAD_BYTES..], "written as received");
     assert_eq!(BatchHeader::validate(&stored).expect("valid").base_offset(), 1);
+}
+
+#[test]
+fn a_slice_cut_by_bytes_ends_at_the_last_whole_batch() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut config = small_config();
+    config.segment_bytes = 1 << 20;
+    config.index_interval_bytes = 300;
+    let mut log = open(dir.path(), config, 0);
+    // Batches of different sizes, so boundaries fall at uneven positions.
+    let mut ends = vec![0u64];
+    for i in 0..60 {
+        let batch = build_batch(1, 1_000, &payload(i, 20 + (i * 37) % 400));
+        log.append_as_leader(&batch, 0, 0).expect("partition log test step");
+        ends.push(ends.last().expect("an end") + batch.len() as u64);
+    }
+    for max_bytes in (0..*ends.last().expect("an end") as usize + 50).step_by(97) {
+        let slice = log.slice(0, max_bytes, i64::MAX, true).expect("slice");
+        let whole = ends.iter().copied().filter(|&e| e <= max_bytes as u64).max().expect("an end");
+        let expected = whole.max(ends[1]);
+        assert_eq!(slice.len() as u64, expected, "max_bytes {max_bytes}");
+    }
 }

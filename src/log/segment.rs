@@ -383,11 +383,12 @@ impl LogSegment {
     /// Kafka's read: the file range from the batch holding `start_offset` up
     /// to `max_bytes` (raised to the first batch's size when
     /// `min_one_batch`, else nothing if the first batch is larger), ending
-    /// before the first batch whose base offset is >= `max_offset`. The
-    /// range may end inside a batch, as Kafka's does; clients drop a partial
-    /// last batch. Costs an index lookup and a short header scan, never a
-    /// read of the records. `None` when this segment holds nothing at or
-    /// after `start_offset`.
+    /// before the first batch whose base offset is >= `max_offset`. Where
+    /// `max_bytes` cuts a batch, the range ends at the batch boundary before
+    /// it (Kafka sends the partial batch; clients drop it and fetch it again).
+    /// Costs index lookups and short header scans (within one index
+    /// interval), never a read of the records. `None` when this segment holds
+    /// nothing at or after `start_offset`.
     pub fn slice(
         &self,
         start_offset: i64,
@@ -412,8 +413,23 @@ impl LogSegment {
                 None => self.size_bytes,
             }
         };
-        let len = (end - first.position).min(max_bytes.max(first.info.size_bytes));
-        Ok(Some(FileSlice::new(self.log_file.clone(), first.position, len)))
+        let limit = first.position + max_bytes.max(first.info.size_bytes);
+        let end = if limit < end { self.batch_boundary_at_or_before(limit, first.position)? } else { end };
+        Ok(Some(FileSlice::new(self.log_file.clone(), first.position, end - first.position)))
+    }
+
+    /// The last batch boundary at or before `position`, and not before
+    /// `floor` (itself a boundary, followed by a batch that ends by `position`).
+    fn batch_boundary_at_or_before(&self, position: u64, floor: u64) -> Result<u64> {
+        let mut at = u64::from(self.offset_index.lookup_position(position).position).max(floor);
+        while at + HEADER_BYTES as u64 <= position {
+            let info = read_batch_info(&self.log_file, at, self.size_bytes)?;
+            if at + info.size_bytes > position {
+                break;
+            }
+            at += info.size_bytes;
+        }
+        Ok(at)
     }
 
     /// The first batch whose max timestamp is >= `target`.
