@@ -204,8 +204,7 @@ impl FetcherManager {
                     tracing::debug!(topic = %p.topic, partition = p.index, code = r.error_code, "epoch lookup refused");
                     continue;
                 }
-                let end = if r.leader_epoch < 0 { -1 } else { r.end_offset.min(pos.log_end_offset) };
-                if let Err(e) = p.truncate_for_epoch(pos.leader_epoch, end) {
+                if let Err(e) = p.truncate_to_leader_answer(pos.leader_epoch, r.leader_epoch, r.end_offset) {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "truncation failed");
                 }
             }

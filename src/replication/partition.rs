@@ -340,6 +340,31 @@ impl Partition {
         Ok(())
     }
 
+    /// Truncates after the leader's OffsetForLeaderEpoch answer: its log
+    /// holds epoch `answer_epoch` (the largest it has at or below the one
+    /// asked for) up to `answer_end`. When that epoch is older than the one
+    /// asked for, this log's own records after its end of `answer_epoch` were
+    /// written in epochs the leader never had, and go too (KIP-279): keeping
+    /// them because the leader's next epoch starts later would leave two
+    /// replicas with different records at one offset. A negative epoch (the
+    /// leader knows none) falls back to the high watermark.
+    pub fn truncate_to_leader_answer(
+        &self,
+        leader_epoch: i32,
+        answer_epoch: i32,
+        answer_end: i64,
+    ) -> Result<(), PartitionError> {
+        if answer_epoch < 0 {
+            return self.truncate_for_epoch(leader_epoch, -1);
+        }
+        let local_end = {
+            let st = self.state();
+            let end = st.log.log_end_offset();
+            st.log.end_offset_for_epoch(answer_epoch).map_or(end, |e| e.end_offset.min(end))
+        };
+        self.truncate_for_epoch(leader_epoch, answer_end.min(local_end))
+    }
+
     /// A follower whose fetch offset is outside the leader's log starts over at `offset`.
     pub fn reset_to(&self, leader_epoch: i32, offset: i64) -> Result<(), PartitionError> {
         let mut st = self.state();
@@ -718,6 +743,27 @@ mod tests {
         let r = p.read(end, 1 << 20, true, 1, Some(3)).expect("fetch");
         assert!(r.joins_isr);
         assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn a_follower_drops_records_of_an_epoch_the_leader_never_had() {
+        // Seed 210: this replica led epoch 50 and wrote offset 20 in it; the new
+        // leader had written its own offset 20 in epoch 49 and led next in epoch 53.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, 0).expect("open");
+        for _ in 0..4 {
+            log.append_as_leader(&build_batch(5, 1_000, &[1u8; 20]), 49, 0).expect("append");
+        }
+        log.append_as_leader(&build_batch(1, 1_000, &[2u8; 20]), 50, 0).expect("append");
+        let p = Partition::open("t", 0, 4, log).expect("partition");
+        p.become_follower(53, 1);
+        // Asked for epoch 50, the leader answers epoch 49, ending at 21 (where its epoch 53 starts).
+        p.truncate_to_leader_answer(53, 49, 21).expect("truncate");
+        assert_eq!(p.offsets().log_end_offset, 20, "the epoch-50 record at 20 diverges and goes");
+        // An answer for the epoch it asked about cuts at the smaller end only.
+        p.become_follower(54, 2);
+        p.truncate_to_leader_answer(54, 49, 25).expect("truncate");
+        assert_eq!(p.offsets().log_end_offset, 20);
     }
 
     #[test]
