@@ -35,7 +35,7 @@ use thiserror::Error;
 
 pub use batch::{BatchError, BatchHeader};
 pub use leader_epoch::{EpochEndOffset, EpochEntry};
-pub use partition_log::{AppendInfo, PartitionLog, RetentionOutcome, TimestampOffset};
+pub use partition_log::{AppendInfo, FlushTicket, PartitionLog, RetentionOutcome, TimestampOffset};
 pub use slice::FileSlice;
 pub use validator::{RecordError, RecordValidationError, TimestampType};
 

@@ -70,6 +70,31 @@ pub struct PartitionLog {
     last_seen_ms: i64,
     /// Sealed segments up to here were compacted already (in this process).
     compacted_up_to: i64,
+    /// Counts truncations from the end, so a flush ticket taken before one
+    /// does not move the recovery point over records written after it.
+    truncations: u64,
+}
+
+/// What an fdatasync made outside the log's owner's lock needs: the active
+/// segment's file and the log end offset it covers once synced. Segments
+/// before the active one were fsynced when they rolled.
+#[derive(Debug)]
+pub struct FlushTicket {
+    file: std::sync::Arc<std::fs::File>,
+    end: i64,
+    truncations: u64,
+}
+
+impl FlushTicket {
+    /// The offset below which every record is durable once `sync` returns.
+    pub fn end(&self) -> i64 {
+        self.end
+    }
+
+    /// fdatasync of the segment file (blocks; call it off the async threads).
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
 }
 
 /// The partition directory name, `<topic>-<partition>`.
@@ -109,6 +134,7 @@ impl PartitionLog {
             last_flush_ms: now_ms,
             last_seen_ms: now_ms,
             compacted_up_to: 0,
+            truncations: 0,
         };
         log.recovery_point = log.log_end_offset();
         log.leader_epoch_cache.truncate_from_end(log.log_end_offset())?;
@@ -285,7 +311,6 @@ impl PartitionLog {
             self.active_mut().append(head, &records[range.clone()], info)?;
         }
         self.unflushed_messages += append.record_count;
-        self.maybe_flush(now_ms)?;
         Ok(append)
     }
 
@@ -539,6 +564,7 @@ impl PartitionLog {
         }
         let removed = self.active_mut().truncate_to(target_offset)?;
         self.active().flush()?;
+        self.truncations += 1;
         let log_end_offset = self.log_end_offset();
         self.recovery_point = self.recovery_point.min(log_end_offset);
         self.leader_epoch_cache.truncate_from_end(log_end_offset)?;
@@ -554,6 +580,7 @@ impl PartitionLog {
     pub fn truncate_fully_and_start_at(&mut self, new_offset: i64) -> Result<()> {
         assert!(new_offset >= 0, "offsets are never negative");
         let old_segments = std::mem::take(&mut self.segments);
+        self.truncations += 1;
         // Create the new segment first, so a crash midway still leaves a
         // log that starts no later than the new one.
         let fresh = LogSegment::create(&self.dir, new_offset, &self.config, self.last_seen_ms)?;
@@ -580,9 +607,37 @@ impl PartitionLog {
         Ok(())
     }
 
+    /// Whether `flush_messages` records are unflushed. Appends never flush:
+    /// the owner checks this after one and flushes, off its lock with a
+    /// `flush_ticket` (group commit), or here with `maybe_flush`.
+    pub fn flush_due_by_count(&self) -> bool {
+        self.config.flush_messages.is_some_and(|limit| self.unflushed_messages >= limit)
+    }
+
+    /// Starts a flush of everything appended so far, to be made by
+    /// `FlushTicket::sync` without this log borrowed and recorded with
+    /// `flushed`. Appends after the ticket count toward the next flush.
+    pub fn flush_ticket(&mut self) -> FlushTicket {
+        self.unflushed_messages = 0;
+        self.last_flush_ms = self.last_seen_ms;
+        FlushTicket {
+            file: self.active().log_file().clone(),
+            end: self.log_end_offset(),
+            truncations: self.truncations,
+        }
+    }
+
+    /// Records a ticket's sync: the recovery point moves to its end, unless
+    /// the log was truncated since (what lies there now may be newer).
+    pub fn flushed(&mut self, ticket: &FlushTicket) {
+        if ticket.truncations == self.truncations {
+            self.recovery_point = self.recovery_point.max(ticket.end.min(self.log_end_offset()));
+        }
+    }
+
     /// Flushes if `flush_messages` records are unflushed or `flush_ms` has
-    /// passed since the last flush. Called after each append and
-    /// periodically by the owner. Returns whether it flushed.
+    /// passed since the last flush. Called periodically by the owner (and
+    /// by owners that do not flush with tickets). Returns whether it flushed.
     pub fn maybe_flush(&mut self, now_ms: i64) -> Result<bool> {
         if self.unflushed_messages == 0 {
             self.last_flush_ms = now_ms;

@@ -374,9 +374,12 @@ fn flush_follows_flush_messages_and_flush_ms() {
     let mut log = open(dir.path(), config, 0);
     log.append_in_place(&mut build_batch(3, 0, b"a"), 0, 100).expect("partition log test step");
     log.append_in_place(&mut build_batch(3, 0, b"b"), 0, 200).expect("partition log test step");
-    assert_eq!((log.unflushed_messages(), log.recovery_point()), (6, 0));
+    assert_eq!((log.unflushed_messages(), log.recovery_point(), log.flush_due_by_count()), (6, 0, false));
     log.append_in_place(&mut build_batch(3, 0, b"c"), 0, 300).expect("partition log test step");
-    assert_eq!((log.unflushed_messages(), log.recovery_point()), (0, 9), "7 messages reached");
+    assert_eq!((log.unflushed_messages(), log.recovery_point()), (9, 0), "appends never flush");
+    assert!(log.flush_due_by_count(), "7 messages reached");
+    assert!(log.maybe_flush(300).expect("partition log test step"));
+    assert_eq!((log.unflushed_messages(), log.recovery_point()), (0, 9));
     log.append_in_place(&mut build_batch(1, 0, b"d"), 0, 400).expect("partition log test step");
     assert!(!log.maybe_flush(1_200).expect("partition log test step"));
     assert!(log.maybe_flush(1_300).expect("partition log test step"), "1000 ms since the last flush");
@@ -384,6 +387,44 @@ fn flush_follows_flush_messages_and_flush_ms() {
     log.append_in_place(&mut build_batch(1, 0, b"e"), 0, 1_400).expect("partition log test step");
     log.flush().expect("partition log test step");
     assert_eq!(log.recovery_point(), 11);
+}
+
+#[test]
+fn a_flush_ticket_covers_what_was_appended_before_it_was_taken() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut log = open(dir.path(), small_config(), 0);
+    log.append_in_place(&mut build_batch(3, 0, b"a"), 0, 100).expect("partition log test step");
+    let ticket = log.flush_ticket();
+    assert_eq!((ticket.end(), log.unflushed_messages()), (3, 0));
+    // Appended while the sync runs: the next ticket's.
+    log.append_in_place(&mut build_batch(2, 0, b"b"), 0, 200).expect("partition log test step");
+    ticket.sync().expect("partition log test step");
+    log.flushed(&ticket);
+    assert_eq!((log.recovery_point(), log.unflushed_messages()), (3, 2));
+    let next = log.flush_ticket();
+    next.sync().expect("partition log test step");
+    log.flushed(&next);
+    assert_eq!(log.recovery_point(), 5);
+}
+
+#[test]
+fn a_flush_ticket_taken_before_a_truncation_moves_nothing() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut log = open(dir.path(), small_config(), 0);
+    log.append_in_place(&mut build_batch(3, 0, b"a"), 0, 100).expect("partition log test step");
+    log.flush().expect("partition log test step");
+    log.append_in_place(&mut build_batch(3, 0, b"b"), 0, 200).expect("partition log test step");
+    let ticket = log.flush_ticket();
+    // A new leader's answer cuts the unflushed batch; a batch of its own
+    // lands at the same offsets before the old ticket's sync is recorded.
+    log.truncate_to(3).expect("partition log test step");
+    let mut theirs = build_batch(3, 0, b"c");
+    batch::set_base_offset(&mut theirs, 3);
+    batch::set_partition_leader_epoch(&mut theirs, 9);
+    log.append_as_follower(&theirs, 300).expect("partition log test step");
+    ticket.sync().expect("partition log test step");
+    log.flushed(&ticket);
+    assert_eq!(log.recovery_point(), 3, "the new batch at 3..6 was never synced");
 }
 
 /// Writes 10 batches (~100 bytes each) into one segment, closes the log,

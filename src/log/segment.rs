@@ -510,6 +510,12 @@ impl LogSegment {
         self.flush()
     }
 
+    /// The `.log` file, for an fdatasync made without holding the log (group
+    /// commit, see `PartitionLog::flush_ticket`).
+    pub fn log_file(&self) -> &Arc<File> {
+        &self.log_file
+    }
+
     /// fsyncs the `.log` and both indexes.
     pub fn flush(&self) -> Result<()> {
         self.log_file.sync_data()?;

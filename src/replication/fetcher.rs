@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::client::KafkaConnection;
-use super::partition::Partition;
+use super::partition::{DurableWait, Partition};
 use super::ReplicaManager;
 use crate::clock::mono_ms;
 use crate::log::batch::whole_batches_len;
@@ -33,6 +33,10 @@ const PARTITION_FETCH_BYTES: i32 = 1024 * 1024;
 const FETCH_RESPONSE_BYTES: i32 = 10 * 1024 * 1024;
 /// Pause after a failed request or an unreachable leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
+/// How long a follower waits for its own flush before fetching again anyway.
+/// After a failed or stuck fsync (logged as an error) the offset it reports
+/// is its log end as written, not as synced, as without `flush.messages`.
+const DURABLE_WAIT: Duration = Duration::from_secs(10);
 const FETCH_VERSION: i16 = 12;
 const EPOCH_VERSION: i16 = 3;
 
@@ -276,6 +280,10 @@ impl FetcherManager {
         let timeout = Duration::from_millis(self.fetch_wait_ms.max(0) as u64) + Duration::from_secs(5);
         let response = conn.send(&request, FETCH_VERSION, timeout).await?;
         let mut retry_soon = false;
+        // Appends that reached `flush.messages`: fetched again only once
+        // fsynced, so the offset the next fetch reports is durable. Their
+        // flushes run meanwhile, one per partition.
+        let mut durable: Vec<(Arc<Partition>, i64, i32)> = Vec::new();
         for t in response.responses {
             for r in t.partitions {
                 let key = (t.topic.0.to_string(), r.partition_index);
@@ -287,7 +295,11 @@ impl FetcherManager {
                         if throttled.contains(&key) {
                             throttle.record(records.len(), mono_ms());
                         }
-                        p.append_as_follower(*epoch, &records, r.high_watermark)
+                        p.append_as_follower(*epoch, &records, r.high_watermark).map(|end| {
+                            if let Some(end) = end {
+                                durable.push((p.clone(), end, *epoch));
+                            }
+                        })
                     }
                     Some(ResponseError::OffsetOutOfRange) => {
                         let pos = p.follower_position();
@@ -308,6 +320,13 @@ impl FetcherManager {
                 if let Err(e) = outcome {
                     tracing::debug!(topic = %key.0, partition = key.1, error = %e, "follower append skipped");
                 }
+            }
+        }
+        for (p, end, epoch) in durable {
+            let outcome = p.wait_durable(end, epoch, DURABLE_WAIT).await;
+            if outcome != DurableWait::Durable {
+                tracing::debug!(topic = %p.topic, partition = p.index, ?outcome, "follower flush did not complete");
+                retry_soon = true;
             }
         }
         if retry_soon {

@@ -209,7 +209,6 @@ impl ReplicaManager {
                                 if let Err(e) = partition.set_config(config.clone(), min_insync) {
                                     tracing::warn!(topic = %topic.name, partition = index, error = %e, "config not applied");
                                 }
-                                let partition = Arc::new(partition);
                                 self.partitions
                                     .write()
                                     .unwrap_or_else(|e| e.into_inner())

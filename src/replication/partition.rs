@@ -6,9 +6,18 @@
 //! and never moves backwards; consumers read only below it. Waiters for
 //! acks=all and long-poll fetches are woken through watch channels; the
 //! partition never holds its lock across an await.
+//!
+//! Group commit: appends never fsync. When `flush.messages` records are
+//! waiting, the appender asks for a flush, which runs on a blocking thread
+//! without the partition lock and covers everything appended until it
+//! starts; appends that arrive meanwhile are covered by the next one. With
+//! `flush.messages=1` the leader counts its own log toward the high
+//! watermark only as far as it is fsynced, and a follower fetches again only
+//! once what it appended is fsynced, so acks=all means written and fsynced on
+//! every in-sync replica.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -55,6 +64,33 @@ pub struct AppendResult {
     pub leader_epoch: i32,
     /// The broker time stamped on the batches of a LogAppendTime topic, else -1.
     pub log_append_time_ms: i64,
+    /// Set when the answer waits for a flush (`flush.messages` reached): the
+    /// offset the log must be durable to (`wait_durable`).
+    pub durable_end: Option<i64>,
+}
+
+/// How a `wait_durable` ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurableWait {
+    Durable,
+    TimedOut,
+    /// The leader epoch changed first: the records may be truncated away.
+    NotLeader,
+    /// The fsync failed (the records are written but not known durable).
+    Failed,
+}
+
+/// The group commit's bookkeeping (see the module comment).
+#[derive(Debug, Default)]
+struct GroupCommit {
+    /// A flush is running on a blocking thread.
+    running: bool,
+    /// An append asked for a flush while one ran: run another after it.
+    again: bool,
+    /// Flushes that failed so far; `wait_durable` reports a change.
+    failures: u64,
+    /// Flushes made so far (each one fdatasync).
+    flushes: u64,
 }
 
 /// Why an acks=all wait ended without the batch being committed.
@@ -128,6 +164,11 @@ pub struct Partition {
     high_watermark_tx: watch::Sender<i64>,
     /// Changes on every append: follower fetches long-poll on it.
     log_end_tx: watch::Sender<i64>,
+    commit: Mutex<GroupCommit>,
+    /// Sent after every group-commit flush: the count of failed ones.
+    flushed_tx: watch::Sender<u64>,
+    /// This partition, for the flushes it starts on a blocking thread.
+    me: Weak<Partition>,
 }
 
 /// The exact (timestamp, offset) of the first record at or after `ts` in
@@ -188,7 +229,7 @@ fn rebuild_producers(log: &PartitionLog) -> Result<ProducerStateMap, LogError> {
 }
 
 impl Partition {
-    pub fn open(topic: &str, index: i32, broker_id: i32, log: PartitionLog) -> Result<Self, LogError> {
+    pub fn open(topic: &str, index: i32, broker_id: i32, log: PartitionLog) -> Result<Arc<Self>, LogError> {
         let producers = rebuild_producers(&log)?;
         let state = State {
             high_watermark: log.log_start_offset(),
@@ -206,7 +247,18 @@ impl Partition {
         };
         let (high_watermark_tx, _) = watch::channel(state.high_watermark);
         let (log_end_tx, _) = watch::channel(state.log.log_end_offset());
-        Ok(Self { topic: topic.to_string(), index, broker_id, state: Mutex::new(state), high_watermark_tx, log_end_tx })
+        let (flushed_tx, _) = watch::channel(0);
+        Ok(Arc::new_cyclic(|me| Self {
+            topic: topic.to_string(),
+            index,
+            broker_id,
+            state: Mutex::new(state),
+            high_watermark_tx,
+            log_end_tx,
+            commit: Mutex::new(GroupCommit::default()),
+            flushed_tx,
+            me: me.clone(),
+        }))
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -221,7 +273,7 @@ impl Partition {
         if !st.is_leader {
             return;
         }
-        let local = st.log.log_end_offset();
+        let local = Self::local_end(st);
         let mut hw = local;
         for id in &st.isr {
             if *id != self.broker_id {
@@ -233,6 +285,111 @@ impl Partition {
             assert!(hw <= local, "high watermark {hw} past log end {local}");
             st.high_watermark = hw;
             self.high_watermark_tx.send_replace(hw);
+        }
+    }
+
+    /// How far the leader's own log counts toward the high watermark: its
+    /// log end, or with `flush.messages=1` as far as it is fsynced.
+    fn local_end(st: &State) -> i64 {
+        if Self::fsync_each(st) {
+            st.log.recovery_point().min(st.log.log_end_offset())
+        } else {
+            st.log.log_end_offset()
+        }
+    }
+
+    fn fsync_each(st: &State) -> bool {
+        st.log.config().flush_messages == Some(1)
+    }
+
+    /// Asks for a flush of everything appended so far (group commit: one
+    /// fdatasync on a blocking thread covers every append before it starts).
+    /// Never call it holding the state lock.
+    fn request_flush(&self) {
+        {
+            let mut gc = self.commit.lock().unwrap_or_else(|e| e.into_inner());
+            if gc.running {
+                gc.again = true;
+                return;
+            }
+            gc.running = true;
+        }
+        let Some(me) = self.me.upgrade() else {
+            self.commit.lock().unwrap_or_else(|e| e.into_inner()).running = false;
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(move || me.run_flushes())),
+            Err(_) => me.run_flushes(),
+        }
+    }
+
+    /// The flush loop: runs until no append asked for another meanwhile.
+    fn run_flushes(&self) {
+        loop {
+            self.commit.lock().unwrap_or_else(|e| e.into_inner()).again = false;
+            let ticket = self.state().log.flush_ticket();
+            let synced = ticket.sync();
+            {
+                let mut st = self.state();
+                match &synced {
+                    Ok(()) => {
+                        st.log.flushed(&ticket);
+                        self.maybe_advance_high_watermark(&mut st);
+                    }
+                    Err(e) => tracing::error!(topic = %self.topic, partition = self.index, error = %e,
+                        "fsync of the partition log failed; the records it covers are not acknowledged as durable"),
+                }
+            }
+            let (again, failures) = {
+                let mut gc = self.commit.lock().unwrap_or_else(|e| e.into_inner());
+                if synced.is_err() {
+                    gc.failures += 1;
+                } else {
+                    gc.flushes += 1;
+                }
+                if !gc.again {
+                    gc.running = false;
+                }
+                (gc.again, gc.failures)
+            };
+            self.flushed_tx.send_replace(failures);
+            if !again {
+                return;
+            }
+        }
+    }
+
+    /// Group-commit flushes made so far.
+    pub fn group_commit_flushes(&self) -> u64 {
+        self.commit.lock().unwrap_or_else(|e| e.into_inner()).flushes
+    }
+
+    /// Waits until the log is fsynced up to `end` while the leader epoch is
+    /// still `leader_epoch` (the epoch the records were appended in), up to
+    /// `timeout`. The flush was asked for by the append that set `end`.
+    pub async fn wait_durable(&self, end: i64, leader_epoch: i32, timeout: Duration) -> DurableWait {
+        let mut rx = self.flushed_tx.subscribe();
+        let failures = *rx.borrow_and_update();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            {
+                let st = self.state();
+                if st.leader_epoch != leader_epoch {
+                    return DurableWait::NotLeader;
+                }
+                if st.log.recovery_point() >= end {
+                    return DurableWait::Durable;
+                }
+            }
+            if *rx.borrow_and_update() != failures {
+                return DurableWait::Failed;
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return DurableWait::NotLeader,
+                Err(_) => return DurableWait::TimedOut,
+            }
         }
     }
 
@@ -272,6 +429,13 @@ impl Partition {
         st.isr = isr.to_vec();
         st.replicas = replicas.to_vec();
         self.maybe_advance_high_watermark(&mut st);
+        // With fsync on every message the high watermark waits for this log
+        // to be durable: what a follower appended unflushed is flushed now.
+        let unflushed = Self::fsync_each(&st) && st.log.recovery_point() < st.log.log_end_offset();
+        drop(st);
+        if unflushed {
+            self.request_flush();
+        }
     }
 
     /// This broker no longer hosts the partition (a reassignment removed it,
@@ -378,13 +542,15 @@ impl Partition {
         Ok(())
     }
 
-    /// Appends what the leader sent; the follower's high watermark follows the leader's.
+    /// Appends what the leader sent; the follower's high watermark follows the
+    /// leader's. Returns the offset to wait for with `wait_durable` before
+    /// fetching again, when `flush.messages` was reached.
     pub fn append_as_follower(
         &self,
         leader_epoch: i32,
         records: &[u8],
         leader_high_watermark: i64,
-    ) -> Result<(), PartitionError> {
+    ) -> Result<Option<i64>, PartitionError> {
         let mut st = self.state();
         if st.is_leader || st.leader_epoch != leader_epoch {
             return Err(PartitionError::NotLeader);
@@ -398,7 +564,12 @@ impl Partition {
             st.high_watermark = hw;
             self.high_watermark_tx.send_replace(hw);
         }
-        Ok(())
+        let durable_end = st.log.flush_due_by_count().then(|| st.log.log_end_offset());
+        drop(st);
+        if durable_end.is_some() {
+            self.request_flush();
+        }
+        Ok(durable_end)
     }
 
     /// The ISR change this leader should ask the controller for, with the
@@ -423,6 +594,14 @@ impl Partition {
         st.min_insync = min_insync;
         if *st.log.config() != config {
             st.log.set_config(config)?;
+        }
+        // Into fsync-on-every-message with records unflushed: the high
+        // watermark now waits for them.
+        let unflushed = Self::fsync_each(&st) && st.log.recovery_point() < st.log.log_end_offset();
+        self.maybe_advance_high_watermark(&mut st);
+        drop(st);
+        if unflushed {
+            self.request_flush();
         }
         Ok(())
     }
@@ -498,13 +677,22 @@ impl Partition {
                 match st.producers.check(h.producer_id(), h.producer_epoch(), first_seq, last_seq) {
                     SeqCheck::Append => sequenced = Some((h.producer_id(), h.producer_epoch(), first_seq, last_seq)),
                     SeqCheck::Duplicate(b) => {
-                        return Ok(AppendResult {
+                        // Answered as the first was: after its flush, if it waited for one.
+                        let unflushed =
+                            st.log.config().flush_messages.is_some() && st.log.recovery_point() <= b.last_offset;
+                        let result = AppendResult {
                             base_offset: b.base_offset,
                             last_offset: b.last_offset,
                             log_start_offset: st.log.log_start_offset(),
                             leader_epoch: st.leader_epoch,
                             log_append_time_ms: -1,
-                        })
+                            durable_end: unflushed.then_some(b.last_offset + 1),
+                        };
+                        drop(st);
+                        if unflushed {
+                            self.request_flush();
+                        }
+                        return Ok(result);
                     }
                     SeqCheck::OutOfOrder { expected, got } => {
                         return Err(PartitionError::OutOfOrderSequence { expected, got })
@@ -523,13 +711,20 @@ impl Partition {
         }
         self.maybe_advance_high_watermark(&mut st);
         self.log_end_tx.send_replace(st.log.log_end_offset());
-        Ok(AppendResult {
+        let durable_end = st.log.flush_due_by_count().then(|| st.log.log_end_offset());
+        let result = AppendResult {
             base_offset: info.base_offset,
             last_offset: info.last_offset,
             log_start_offset: st.log.log_start_offset(),
             leader_epoch: epoch,
             log_append_time_ms,
-        })
+            durable_end,
+        };
+        drop(st);
+        if durable_end.is_some() {
+            self.request_flush();
+        }
+        Ok(result)
     }
 
     /// Reads for a consumer (below the high watermark) or a follower
@@ -682,12 +877,26 @@ impl Partition {
         self.log_end_tx.subscribe()
     }
 
+    /// The periodic flush (`flush.ms`, and `flush.messages` where no
+    /// appender asked for one).
     pub fn maybe_flush(&self) -> Result<bool, LogError> {
-        self.state().log.maybe_flush(wall_ms())
+        let mut st = self.state();
+        let flushed = st.log.maybe_flush(wall_ms())?;
+        if flushed {
+            self.maybe_advance_high_watermark(&mut st);
+            drop(st);
+            self.flushed_tx.send_modify(|_| {});
+        }
+        Ok(flushed)
     }
 
     pub fn flush(&self) -> Result<(), LogError> {
-        self.state().log.flush()
+        let mut st = self.state();
+        st.log.flush()?;
+        self.maybe_advance_high_watermark(&mut st);
+        drop(st);
+        self.flushed_tx.send_modify(|_| {});
+        Ok(())
     }
 
     pub fn apply_retention(&self) -> Result<(), LogError> {
@@ -783,6 +992,75 @@ mod tests {
         assert_eq!(partition_code(&p.offset_for(-2, -1)), 0, "earliest is answered");
         p.read(end, 1 << 20, true, 2, Some(2)).expect("follower fetch");
         assert_eq!(p.offset_for(-1, -1).expect("latest"), (-1, end));
+    }
+
+    fn fsync_each_leader(dir: &std::path::Path, isr: &[i32]) -> Arc<Partition> {
+        let config = LogConfig { flush_messages: Some(1), ..LogConfig::default() };
+        // Opened now: a segment created at time 0 would roll (and fsync) at once.
+        let log = PartitionLog::open(dir, "t", 0, config, 0, wall_ms()).expect("open");
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        p.become_leader(1, 1, isr, isr);
+        p
+    }
+
+    #[test]
+    fn appends_that_arrive_during_a_flush_share_the_next_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = fsync_each_leader(dir.path(), &[1]);
+        // A flush is running: the ten appends only ask for another.
+        p.commit.lock().expect("lock").running = true;
+        let mut ends = Vec::new();
+        for _ in 0..10 {
+            let r = p.append_as_leader(&build_batch(2, 1_000, b"r"), true).expect("append");
+            ends.push(r.durable_end.expect("flush.messages=1 waits for the flush"));
+        }
+        assert_eq!(ends.last(), Some(&20));
+        assert_eq!((p.recovery_point(), p.offsets().high_watermark), (0, 0), "nothing counts before its fsync");
+        // The running flush ends; the one asked for covers all ten.
+        p.run_flushes();
+        assert_eq!(p.group_commit_flushes(), 1);
+        assert_eq!((p.recovery_point(), p.offsets().high_watermark), (20, 20));
+        assert!(!p.commit.lock().expect("lock").running);
+    }
+
+    #[tokio::test]
+    async fn an_acknowledgement_waits_for_the_leaders_fsync_and_the_followers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = fsync_each_leader(dir.path(), &[1, 2]);
+        let r = p.append_as_leader(&build_batch(3, 1_000, b"r"), true).expect("append");
+        let wait = Duration::from_secs(5);
+        assert_eq!(p.wait_durable(3, r.leader_epoch, wait).await, DurableWait::Durable);
+        assert_eq!(p.offsets().high_watermark, 0, "the follower has not fetched past it");
+        p.read(3, 1 << 20, true, 1, Some(2)).expect("follower fetch");
+        assert_eq!(p.wait_for_commit(r.last_offset, r.leader_epoch, wait).await, CommitWait::Committed);
+        // Another epoch: the wait ends without the records counted durable.
+        p.commit.lock().expect("lock").running = true;
+        let r = p.append_as_leader(&build_batch(1, 1_000, b"r"), false).expect("append");
+        p.become_follower(2, 2);
+        assert_eq!(p.wait_durable(4, r.leader_epoch, wait).await, DurableWait::NotLeader);
+    }
+
+    #[test]
+    fn a_follower_fetches_again_only_after_its_flush() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig { flush_messages: Some(1), ..LogConfig::default() };
+        let log = PartitionLog::open(dir.path(), "t", 0, config, 0, 0).expect("open");
+        let p = Partition::open("t", 0, 2, log).expect("partition");
+        p.become_follower(1, 1);
+        let mut batch = build_batch(3, 1_000, b"r");
+        crate::log::batch::set_partition_leader_epoch(&mut batch, 1);
+        // No runtime here: the flush runs inline.
+        assert_eq!(p.append_as_follower(1, &batch, 0).expect("append"), Some(3));
+        assert_eq!(p.recovery_point(), 3);
+        let without = Partition::open(
+            "u",
+            0,
+            2,
+            PartitionLog::open(dir.path(), "u", 0, LogConfig::default(), 0, 0).expect("open"),
+        )
+        .expect("partition");
+        without.become_follower(1, 1);
+        assert_eq!(without.append_as_follower(1, &batch, 0).expect("append"), None);
     }
 
     fn partition_code(r: &Result<(i64, i64), PartitionError>) -> i16 {

@@ -16,7 +16,7 @@ use crate::node::NodeContext;
 use std::sync::Arc;
 
 use crate::log::LogError;
-use crate::replication::partition::CommitWait;
+use crate::replication::partition::{CommitWait, DurableWait};
 use crate::replication::{Partition, PartitionError};
 
 /// First Produce version with `record_errors` and `error_message` (KIP-467).
@@ -59,6 +59,9 @@ pub struct ProduceInFlight {
     wait: Duration,
     /// (topic index, partition index, partition, last offset, leader epoch) for acks=all.
     pending: Vec<(usize, usize, Arc<Partition>, i64, i32)>,
+    /// (topic index, partition index, partition, durable end, leader epoch)
+    /// for appends that wait for their fsync (`flush.messages` reached).
+    durable: Vec<(usize, usize, Arc<Partition>, i64, i32)>,
     responses: Vec<TopicProduceResponse>,
 }
 
@@ -81,6 +84,7 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
     // Below `storage.min.free.bytes`: the logs do not grow (reads go on).
     let disk_full = !ctx.replicas.disk.has_room();
     let mut pending = Vec::new();
+    let mut durable = Vec::new();
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for (t, topic) in request.topic_data.into_iter().enumerate() {
         let name = topic.name.0.to_string();
@@ -113,6 +117,9 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
             };
             match partition.append_as_leader(&records, acks_all) {
                 Ok(r) => {
+                    if let Some(end) = r.durable_end {
+                        durable.push((t, p, partition.clone(), end, r.leader_epoch));
+                    }
                     if wait_commit {
                         pending.push((t, p, partition.clone(), r.last_offset, r.leader_epoch));
                     }
@@ -132,7 +139,7 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
         }
         responses.push(TopicProduceResponse::default().with_name(topic.name).with_partition_responses(partitions));
     }
-    ProduceInFlight { acks, started, wait, pending, responses }
+    ProduceInFlight { acks, started, wait, pending, durable, responses }
 }
 
 impl ProduceInFlight {
@@ -142,7 +149,20 @@ impl ProduceInFlight {
         if self.acks == 0 {
             return None;
         }
+        for (t, p, partition, end, leader_epoch) in std::mem::take(&mut self.durable) {
+            let left = self.wait.saturating_sub(self.started.elapsed());
+            let code = match partition.wait_durable(end, leader_epoch, left).await {
+                DurableWait::Durable => continue,
+                DurableWait::TimedOut => ResponseError::RequestTimedOut,
+                DurableWait::NotLeader => ResponseError::NotLeaderOrFollower,
+                DurableWait::Failed => ResponseError::KafkaStorageError,
+            };
+            self.responses[t].partition_responses[p].error_code = code.code();
+        }
         for (t, p, partition, last_offset, leader_epoch) in std::mem::take(&mut self.pending) {
+            if self.responses[t].partition_responses[p].error_code != 0 {
+                continue;
+            }
             let left = self.wait.saturating_sub(self.started.elapsed());
             let code = match partition.wait_for_commit(last_offset, leader_epoch, left).await {
                 CommitWait::Committed => continue,
