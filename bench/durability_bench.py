@@ -16,6 +16,11 @@ per second in the data directory).
     cargo build --release
     target/pyenv/bin/python bench/durability_bench.py
     target/pyenv/bin/python bench/durability_bench.py --nodes 3 --producers 16 --rounds 3
+    cargo build --release --example loadgen       # then, with bench/loadgen.rs as the client:
+    target/pyenv/bin/python bench/durability_bench.py --client rust --seconds 5
+
+The Python producers share one interpreter and are the limit of their runs; the Rust
+client (one synchronous request per connection) is not.
 """
 import argparse
 import json
