@@ -281,7 +281,11 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         settings.int("replica.lag.time.max.ms").unwrap_or(10_000),
         stop_rx.clone(),
     ));
-    let admin_task = tokio::spawn(crate::admin::serve(admin_listener, ctx, stop_admin_rx));
+    // The admin API runs on a thread and runtime of its own, so health checks
+    // and the operator's view answer while the Kafka data plane saturates the
+    // main runtime (500 connections producing as fast as they can).
+    let admin_task = spawn_admin(admin_listener, ctx, stop_admin_rx)
+        .map_err(|source| NodeError::AdminBind { addr: config.admin.clone(), source })?;
     tracing::info!(
         node_id = config.node_id,
         kafka = %config.kafka,
@@ -314,6 +318,29 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     quorum.shutdown().await;
     tracing::info!(node_id = config.node_id, "stopped");
     Ok(())
+}
+
+/// Serves the admin API on a thread running its own single-threaded runtime;
+/// the receiver gets its result when it stops.
+fn spawn_admin(
+    listener: tokio::net::TcpListener,
+    ctx: Arc<NodeContext>,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<tokio::sync::oneshot::Receiver<std::io::Result<()>>> {
+    // Registered again with the admin runtime's own I/O driver, so its
+    // accepts never wait for the main runtime's.
+    let listener = listener.into_std()?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("admin".into()).spawn(move || {
+        let result = tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|runtime| {
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                crate::admin::serve(listener, ctx, stop).await
+            })
+        });
+        let _ = tx.send(result);
+    })?;
+    Ok(rx)
 }
 
 async fn wait_for_signal() {
