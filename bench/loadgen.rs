@@ -95,11 +95,22 @@ async fn run_connection(
     records_per_request: u64,
     until: Instant,
 ) -> Result<ConnResult, BoxError> {
-    let mut conn = KafkaConnection::connect(&addr, "strom-loadgen").await?;
+    // Hundreds of connections open at once: a connect that times out is tried again.
+    let mut tries = 0;
+    let mut conn = loop {
+        match KafkaConnection::connect(&addr, "strom-loadgen").await {
+            Ok(conn) => break conn,
+            Err(e) if tries >= 4 => return Err(format!("connect to {addr}: {e}").into()),
+            Err(_) => tries += 1,
+        }
+    };
     let mut out = ConnResult { records: 0, latencies_us: Vec::new(), errors: 0 };
     while Instant::now() < until {
         let t = Instant::now();
-        let response = conn.send(&request, PRODUCE_VERSION, TIMEOUT).await?;
+        let response = conn
+            .send(&request, PRODUCE_VERSION, TIMEOUT)
+            .await
+            .map_err(|e| format!("produce request {} to {addr}: {e}", out.latencies_us.len() + 1))?;
         out.latencies_us.push(t.elapsed().as_micros() as u64);
         let failed = response.responses.iter().flat_map(|t| &t.partition_responses).any(|p| p.error_code != 0);
         if failed {

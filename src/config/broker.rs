@@ -217,6 +217,13 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "an offset commit waits this long for its replicas",
     ),
     def("socket.request.max.bytes", Some("104857600"), int(1, I32_MAX), "largest Kafka request frame"),
+    def(
+        "queued.max.request.bytes",
+        Some("104857600"),
+        int(-1, I32_MAX),
+        "Kafka request bytes read and not yet handled, all connections together; past it connections \
+         stop reading (-1: no bound)",
+    ),
     def("connections.max.idle.ms", Some("600000"), int(1, I64_MAX), "idle Kafka connections are closed after this"),
     def("request.timeout.ms", Some("30000"), int(1, I32_MAX), "bound on parked acks=all requests"),
     // Kafka's dynamic thread-pool and connection-quota settings: accepted

@@ -5,6 +5,7 @@
 //! requests of one connection are pending, so a client that pipelines (as
 //! librdkafka does) keeps the broker busy while acks=all answers wait.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -14,7 +15,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use super::frame::{FrameWriter, ResponseFrame};
 use super::registry::{self, PendingResponse};
@@ -41,6 +42,8 @@ const STARTED_IN_ORDER: &[ApiKey] = &[
 ];
 /// A connection's read buffer is kept between frames up to this size.
 const RETAINED_READ_BUFFER_BYTES: usize = 2 << 20;
+/// A connection that sends nothing for this long gives its read buffer back.
+const IDLE_BUFFER_RELEASE: Duration = Duration::from_millis(200);
 /// The smallest well-formed request: api key, version, correlation id, client id length.
 const MIN_FRAME_BYTES: usize = 10;
 
@@ -66,6 +69,7 @@ pub enum ConnectionError {
 /// Serves Kafka on `listener` until `shutdown`.
 pub async fn serve(listener: TcpListener, ctx: Arc<NodeContext>, mut shutdown: watch::Receiver<bool>) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let memory = RequestMemory::new(ctx.settings.int("queued.max.request.bytes").unwrap_or(-1));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -83,15 +87,106 @@ pub async fn serve(listener: TcpListener, ctx: Arc<NodeContext>, mut shutdown: w
             tracing::warn!(%peer, "too many kafka connections; refusing one");
             continue;
         };
-        let ctx = ctx.clone();
+        let (ctx, memory) = (ctx.clone(), memory.clone());
         tokio::spawn(async move {
-            match serve_connection(stream, ctx).await {
+            match serve_connection(stream, ctx, memory).await {
                 Ok(()) | Err(ConnectionError::Idle) => tracing::debug!(%peer, "kafka connection closed"),
                 Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
                 Err(e) => tracing::warn!(%peer, error = %e, "kafka connection closed after a bad request"),
             }
             drop(permit);
         });
+    }
+}
+
+/// The bound on the memory of request frames, shared by every connection
+/// (`queued.max.request.bytes`). A frame's bytes are reserved once its
+/// length is read, before its body is. A connection's kept read buffer stays
+/// reserved while it is kept, and is given back (with its memory) when the
+/// connection has been quiet for [`IDLE_BUFFER_RELEASE`], when it must wait
+/// for a reservation, or after a frame while other connections wait. A
+/// connection that waits stops reading its socket, so TCP pushes back on
+/// the client; waiters are served in order.
+#[derive(Clone)]
+pub struct RequestMemory(Option<Arc<Bound>>);
+
+struct Bound {
+    semaphore: Arc<Semaphore>,
+    bytes: u32,
+    /// Connections waiting for a reservation.
+    waiting: AtomicUsize,
+}
+
+/// A connection's kept read buffer and the reservation that covers it.
+#[derive(Default)]
+struct ReadBuffer {
+    buf: BytesMut,
+    held: Option<OwnedSemaphorePermit>,
+}
+
+impl ReadBuffer {
+    fn held(&self) -> usize {
+        self.held.as_ref().map_or(0, |p| p.num_permits())
+    }
+
+    /// Gives the buffer's memory and its reservation back.
+    fn release(&mut self) {
+        self.buf = BytesMut::new();
+        self.held = None;
+    }
+}
+
+impl RequestMemory {
+    /// `bytes` < 0: no bound.
+    pub fn new(bytes: i64) -> Self {
+        let bytes = u32::try_from(bytes).ok().map(|b| b.max(1));
+        Self(bytes.map(|bytes| {
+            Arc::new(Bound { semaphore: Arc::new(Semaphore::new(bytes as usize)), bytes, waiting: AtomicUsize::new(0) })
+        }))
+    }
+
+    /// Reserves room for a frame of `size` bytes (at most the whole bound):
+    /// into `read`'s reservation when the frame goes into its kept buffer
+    /// (`kept`), else as a reservation of its own, returned. Gives `read`
+    /// back first if it has to wait.
+    async fn reserve(&self, size: usize, read: &mut ReadBuffer, kept: bool) -> Option<OwnedSemaphorePermit> {
+        let bound = self.0.as_ref()?;
+        let need = size.min(bound.bytes as usize);
+        let missing = if kept { need.saturating_sub(read.held()) } else { need };
+        if missing == 0 {
+            return None;
+        }
+        let permit = match bound.semaphore.clone().try_acquire_many_owned(missing as u32) {
+            Ok(permit) => permit,
+            Err(_) => {
+                read.release();
+                let missing = need as u32;
+                bound.waiting.fetch_add(1, Ordering::AcqRel);
+                let permit = bound.semaphore.clone().acquire_many_owned(missing).await;
+                bound.waiting.fetch_sub(1, Ordering::AcqRel);
+                permit.ok()?
+            }
+        };
+        if !kept {
+            return Some(permit);
+        }
+        match &mut read.held {
+            Some(held) => held.merge(permit),
+            None => read.held = Some(permit),
+        }
+        None
+    }
+
+    /// After a frame: the kept buffer goes back if other connections wait.
+    fn after_frame(&self, read: &mut ReadBuffer) {
+        if self.0.as_ref().is_some_and(|b| b.waiting.load(Ordering::Acquire) > 0) {
+            read.release();
+        }
+    }
+
+    /// Bytes free to reserve now (the whole bound when idle), for tests.
+    pub fn available(&self) -> Option<usize> {
+        self.0.as_ref().map(|b| b.semaphore.available_permits())
     }
 }
 
@@ -102,10 +197,15 @@ pub async fn serve(listener: TcpListener, ctx: Arc<NodeContext>, mut shutdown: w
 /// allocation per request.
 async fn read_frame(
     stream: &mut tokio::net::tcp::OwnedReadHalf,
-    buf: &mut BytesMut,
+    read: &mut ReadBuffer,
     max: usize,
     idle: Duration,
-) -> Result<Option<Bytes>, ConnectionError> {
+    memory: &RequestMemory,
+) -> Result<Option<(Bytes, Option<OwnedSemaphorePermit>)>, ConnectionError> {
+    if read.buf.capacity() > 0 && tokio::time::timeout(IDLE_BUFFER_RELEASE, stream.readable()).await.is_err() {
+        // Quiet for a while: an idle connection keeps no buffer.
+        read.release();
+    }
     let mut len = [0u8; 4];
     match tokio::time::timeout(idle, stream.read_exact(&mut len)).await {
         Err(_) => return Err(ConnectionError::Idle),
@@ -123,8 +223,10 @@ async fn read_frame(
     }
     // A frame larger than what a connection keeps gets a buffer of its own:
     // kept, it would make every idle connection hold the largest frame it sent.
+    let kept = size <= RETAINED_READ_BUFFER_BYTES;
+    let own_reservation = memory.reserve(size, read, kept).await;
     let mut own = BytesMut::new();
-    let buf = if size > RETAINED_READ_BUFFER_BYTES { &mut own } else { buf };
+    let buf = if kept { &mut read.buf } else { &mut own };
     // Read into spare capacity: no zeroing of a buffer that is about to be overwritten.
     buf.clear();
     buf.reserve(size);
@@ -134,7 +236,7 @@ async fn read_frame(
             return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
         }
     }
-    Ok(Some(buf.split().freeze()))
+    Ok(Some((buf.split().freeze(), own_reservation)))
 }
 
 /// A decoded request, ready for its handler.
@@ -203,7 +305,11 @@ async fn start_here(mut pending: PendingResponse) -> Result<Option<ResponseFrame
     }
 }
 
-async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<(), ConnectionError> {
+async fn serve_connection(
+    stream: TcpStream,
+    ctx: Arc<NodeContext>,
+    memory: RequestMemory,
+) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
     let peer = stream.peer_addr().map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
     let max = ctx.settings.u64("socket.request.max.bytes") as usize;
@@ -221,9 +327,9 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<()
         }
         writer.shutdown().await
     });
-    let mut read_buf = BytesMut::new();
+    let mut read_buf = ReadBuffer::default();
     let result = loop {
-        let frame = match read_frame(&mut reader, &mut read_buf, max, idle).await {
+        let (frame, reserved) = match read_frame(&mut reader, &mut read_buf, max, idle, &memory).await {
             Ok(Some(f)) => f,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
@@ -235,6 +341,10 @@ async fn serve_connection(stream: TcpStream, ctx: Arc<NodeContext>) -> Result<()
                 ctx.data_plane_current().await;
                 let in_order = STARTED_IN_ORDER.contains(&request.api);
                 let pending = registry::dispatch(ctx.clone(), *request, peer);
+                // The frame's bytes are handled: a produce's records are
+                // appended, and other requests are small.
+                drop(reserved);
+                memory.after_frame(&mut read_buf);
                 let pending = if in_order { start_here(pending).await } else { Err(pending) };
                 match pending {
                     Ok(answer) => {
@@ -382,17 +492,18 @@ mod tests {
             }
             client
         });
-        let mut buf = BytesMut::new();
+        let mut buf = ReadBuffer::default();
         let idle = Duration::from_secs(5);
-        let first = read_frame(&mut reader, &mut buf, 8 << 20, idle).await.expect("read").expect("a frame");
+        let unbounded = RequestMemory::new(-1);
+        let (first, _) = read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
         let at = first.as_ptr();
         assert_eq!(first.len(), 600_000);
         drop(first);
-        let second = read_frame(&mut reader, &mut buf, 8 << 20, idle).await.expect("read").expect("a frame");
+        let (second, _) = read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
         assert_eq!(second.len(), 500_000);
         assert_eq!(second.as_ptr(), at, "the second frame did not reuse the first one's memory");
         drop(second);
-        let large = read_frame(&mut reader, &mut buf, 8 << 20, idle).await.expect("read").expect("a frame");
+        let (large, _) = read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
         assert_eq!(large.len(), 3 << 20);
         assert!(large.iter().all(|&b| b == 7));
         drop(large);
@@ -401,9 +512,42 @@ mod tests {
         tokio::io::AsyncWriteExt::write_all(&mut client, &[0, 0, 0, 12, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12])
             .await
             .expect("send");
-        let small = read_frame(&mut reader, &mut buf, 8 << 20, idle).await.expect("read").expect("a frame");
+        let (small, _) = read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
         assert_eq!(&small[..], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
-        assert!(buf.capacity() <= RETAINED_READ_BUFFER_BYTES);
+        assert!(buf.buf.capacity() <= RETAINED_READ_BUFFER_BYTES);
+    }
+
+    #[tokio::test]
+    async fn request_bytes_past_the_bound_wait_and_give_their_buffer_back() {
+        use futures_util::FutureExt;
+        let memory = RequestMemory::new(1_000_000);
+        let mut a = ReadBuffer::default();
+        assert!(memory.reserve(600_000, &mut a, true).await.is_none(), "a kept buffer's room is held with it");
+        a.buf.reserve(600_000);
+        assert_eq!((a.held(), memory.available()), (600_000, Some(400_000)));
+        // A smaller frame fits in what the buffer holds already.
+        memory.reserve(500_000, &mut a, true).await;
+        assert_eq!((a.held(), memory.available()), (600_000, Some(400_000)));
+        // Past the bound while `a` holds its room: `b` waits, without its buffer.
+        let mut b = ReadBuffer { buf: BytesMut::with_capacity(100), held: None };
+        let mut waiting = Box::pin(memory.reserve(600_000, &mut b, true));
+        assert!((&mut waiting).now_or_never().is_none(), "reserved past the bound");
+        // `a` finishes a frame while `b` waits: it gives its buffer back.
+        memory.after_frame(&mut a);
+        assert_eq!((a.held(), a.buf.capacity()), (0, 0));
+        assert!(waiting.await.is_none());
+        assert_eq!((b.held(), b.buf.capacity(), memory.available()), (600_000, 0, Some(400_000)));
+        memory.after_frame(&mut b);
+        assert_eq!(b.held(), 600_000, "nobody waits: the buffer is kept");
+        b.release();
+        // A frame too large to keep takes a reservation of its own, at most the bound.
+        let whole = memory.reserve(5_000_000, &mut b, false).await.expect("a reservation of its own");
+        assert_eq!((b.held(), memory.available()), (0, Some(0)));
+        drop(whole);
+        assert_eq!(memory.available(), Some(1_000_000));
+        let unbounded = RequestMemory::new(-1);
+        assert_eq!(unbounded.available(), None, "-1: no bound");
+        assert!(unbounded.reserve(5_000_000, &mut b, false).await.is_none());
     }
 
     proptest::proptest! {
