@@ -237,7 +237,6 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let (stop_admin_tx, stop_admin_rx) = watch::channel(false);
     let controller_task = tokio::spawn(controller.clone().run(stop_rx.clone()));
-    let lifecycle_task = tokio::spawn(lifecycle.clone().run(stop_rx.clone()));
     let leader_task = tokio::spawn(watch_leader(quorum.clone(), metrics, stop_rx.clone()));
     let (stop_kafka_tx, stop_kafka_rx) = watch::channel(false);
     let replicas_task = {
@@ -286,6 +285,25 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // main runtime (500 connections producing as fast as they can).
     let admin_task = spawn_admin(admin_listener, ctx, stop_admin_rx)
         .map_err(|source| NodeError::AdminBind { addr: config.admin.clone(), source })?;
+    // The logs this node's copy of the metadata says it hosts are opened
+    // (recovered after a crash) before the broker registers: it is unfenced,
+    // and answers /ready, only with them open. The quorum, the controller and
+    // the admin API (/health; /ready says 503) already run meanwhile.
+    {
+        let (replicas, image) = (replicas.clone(), quorum.image());
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(2);
+        let started = std::time::Instant::now();
+        match tokio::task::spawn_blocking(move || replicas.recover_logs(&image, threads)).await {
+            Ok(opened) => tracing::info!(
+                partitions = opened,
+                threads,
+                ms = started.elapsed().as_millis() as u64,
+                "partition logs opened before registering"
+            ),
+            Err(e) => tracing::error!(error = %e, "opening the partition logs failed; they open as the metadata applies"),
+        }
+    }
+    let lifecycle_task = tokio::spawn(lifecycle.clone().run(stop_rx.clone()));
     tracing::info!(
         node_id = config.node_id,
         kafka = %config.kafka,

@@ -199,28 +199,10 @@ impl ReplicaManager {
                         }
                         existing
                     }
-                    None => {
-                        let point = self.recovery_at_start.get(&key).copied().unwrap_or(0);
-                        let opened =
-                            PartitionLog::open(&self.logs_dir, &topic.name, index, config.clone(), point, wall_ms())
-                                .and_then(|log| Partition::open(&topic.name, index, self.broker_id, log));
-                        match opened {
-                            Ok(partition) => {
-                                if let Err(e) = partition.set_config(config.clone(), min_insync) {
-                                    tracing::warn!(topic = %topic.name, partition = index, error = %e, "config not applied");
-                                }
-                                self.partitions
-                                    .write()
-                                    .unwrap_or_else(|e| e.into_inner())
-                                    .insert(key, partition.clone());
-                                partition
-                            }
-                            Err(e) => {
-                                tracing::error!(topic = %topic.name, partition = index, error = %e, "cannot open partition log");
-                                continue;
-                            }
-                        }
-                    }
+                    None => match self.open_partition(&key, config.clone(), min_insync) {
+                        Some(partition) => partition,
+                        None => continue,
+                    },
                 };
                 if p.leader == Some(self.broker_id) {
                     partition.become_leader(p.leader_epoch, p.partition_epoch, &p.isr, &p.replicas);
@@ -261,6 +243,61 @@ impl ReplicaManager {
             self.delete_strays(&wanted);
         }
         self.epoch_tx.send_modify(|e| *e += 1);
+    }
+
+    /// Opens (recovering it where needed) and registers one partition's log.
+    fn open_partition(&self, key: &PartitionKey, config: LogConfig, min_insync: usize) -> Option<Arc<Partition>> {
+        let (topic, index) = (&key.0, key.1);
+        let point = self.recovery_at_start.get(key).copied().unwrap_or(0);
+        let opened = PartitionLog::open(&self.logs_dir, topic, index, config.clone(), point, wall_ms())
+            .and_then(|log| Partition::open(topic, index, self.broker_id, log));
+        match opened {
+            Ok(partition) => {
+                if let Err(e) = partition.set_config(config, min_insync) {
+                    tracing::warn!(topic = %topic, partition = index, error = %e, "config not applied");
+                }
+                let mut map = self.partitions.write().unwrap_or_else(|e| e.into_inner());
+                Some(map.entry(key.clone()).or_insert(partition).clone())
+            }
+            Err(e) => {
+                tracing::error!(topic = %topic, partition = index, error = %e, "cannot open partition log");
+                None
+            }
+        }
+    }
+
+    /// Opens, on `threads` threads at once, the logs on disk of every
+    /// partition `image` (this node's own copy of the metadata, as it was
+    /// at start) says this broker hosts, so that a restarted broker
+    /// registers, is unfenced and answers `/ready` only with its logs
+    /// recovered. They take no role until the caught-up image is applied.
+    /// Returns the number opened.
+    pub fn recover_logs(&self, image: &MetadataImage, threads: usize) -> usize {
+        let settings = self.settings.for_broker(image, self.broker_id);
+        let mut todo: Vec<(PartitionKey, LogConfig, usize)> = Vec::new();
+        for topic in image.topics.values() {
+            let (config, min_insync) = topic_settings(&settings, topic);
+            for (&index, p) in &topic.partitions {
+                let dir = self.logs_dir.join(crate::log::partition_log::partition_dir_name(&topic.name, index));
+                if p.replicas.contains(&self.broker_id) && dir.is_dir() {
+                    todo.push(((topic.name.clone(), index), config.clone(), min_insync));
+                }
+            }
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let opened = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..threads.clamp(1, todo.len().max(1)) {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((key, config, min_insync)) = todo.get(i) else { break };
+                    if self.open_partition(key, config.clone(), *min_insync).is_some() {
+                        opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        opened.into_inner()
     }
 
     /// Deletes the logs of partitions this broker no longer hosts that are

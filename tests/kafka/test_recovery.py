@@ -71,3 +71,38 @@ def test_segment_damage_is_recovered_to_the_last_good_batch(make_cluster):
     assert (hw, [b[0] for b in batches]) == (5, [0, 1, 2, 3, 4])
     assert wire.produce(addr, "torn", 0, wire.record_batch([(b"again", b"ok")])) == (0, 5)
     assert "truncat" in open(c.node(1).log).read().lower() or "cut" in open(c.node(1).log).read().lower()
+
+
+def test_a_restarted_broker_is_ready_only_with_its_logs_open(make_cluster):
+    """After SIGKILL the node opens (recovers) every log it hosts, several at once, before
+    it registers: by the time it is unfenced and answers /ready, every partition is open
+    and answers at its old high watermark."""
+    c = make_cluster(1)
+    c.create_topic("many", partitions=12)
+    c.wait_topic("many", 12)
+    addr = c.node(1).kafka_addr
+    for p in range(12):
+        for i in range(3):
+            assert wire.produce(addr, "many", p, wire.record_batch([(b"k", b"v" * 200)]))[0] == 0
+    c.kill(1)
+    before = os.path.getsize(c.node(1).log)
+    c.launch(1)
+    c.wait_ready()
+    # Straight after /ready: every partition answers with its records.
+    for p in range(12):
+        err, hw, _ = wire.fetch(addr, "many", p, 0)
+        assert (err, hw) == (0, 3), f"partition {p}: error {err}, high watermark {hw} right after /ready"
+    with open(c.node(1).log) as f:
+        f.seek(before)
+        lines = f.read().splitlines()
+
+    def first(text):
+        found = [i for i, line in enumerate(lines) if text in line]
+        assert found, f"no log line with {text!r} after the restart"
+        return found[0]
+
+    opened = lines[first("partition logs opened before registering")]
+    assert "partitions=12" in opened and "threads=" in opened, opened
+    assert first("partition logs opened before registering") < first("registered with the controller")
+    assert sum("opened partition log" in line and 'topic="many"' in line
+               for line in lines[:first("registered with the controller")]) == 12
