@@ -270,6 +270,10 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         replicas.clone(),
         quorum.clone(),
         settings.int("replica.fetch.wait.max.ms").unwrap_or(500) as i32,
+        (
+            settings.int("replica.fetch.max.bytes").unwrap_or(1 << 20) as i32,
+            settings.int("replica.fetch.response.max.bytes").unwrap_or(10 << 20) as i32,
+        ),
     ));
     let fetcher_task = tokio::spawn(fetchers.run(stop_rx.clone()));
     let isr_task = tokio::spawn(crate::replication::isr_sync::run(

@@ -118,6 +118,13 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
     def("log.local.retention.bytes", Some("-2"), int(-2, I64_MAX), "default local.retention.bytes").dynamic(),
     def("replica.lag.time.max.ms", Some("10000"), int(1, I32_MAX), "a follower lagging longer leaves the ISR"),
     def("replica.fetch.wait.max.ms", Some("500"), int(0, I32_MAX), "follower fetch long-poll"),
+    def("replica.fetch.max.bytes", Some("1048576"), int(0, I32_MAX), "follower fetch bytes per partition"),
+    def(
+        "replica.fetch.response.max.bytes",
+        Some("10485760"),
+        int(0, I32_MAX),
+        "follower fetch bytes per response, all partitions together",
+    ),
     def(
         "leader.replication.throttled.rate",
         Some(LONG_MAX_TEXT),

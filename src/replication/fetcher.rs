@@ -27,10 +27,6 @@ use super::ReplicaManager;
 use crate::clock::mono_ms;
 use crate::log::batch::whole_batches_len;
 
-/// Bytes per partition in one follower fetch (Kafka's `replica.fetch.max.bytes`).
-const PARTITION_FETCH_BYTES: i32 = 1024 * 1024;
-/// Bytes per follower fetch response (Kafka's `replica.fetch.response.max.bytes`).
-const FETCH_RESPONSE_BYTES: i32 = 10 * 1024 * 1024;
 /// Pause after a failed request or an unreachable leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
 /// How long a follower waits for its own flush before fetching again anyway.
@@ -47,6 +43,10 @@ pub struct FetcherManager {
     replicas: Arc<ReplicaManager>,
     quorum: Arc<Quorum>,
     fetch_wait_ms: i32,
+    /// Bytes per partition in one fetch (`replica.fetch.max.bytes`).
+    partition_fetch_bytes: i32,
+    /// Bytes per fetch response (`replica.fetch.response.max.bytes`).
+    response_fetch_bytes: i32,
 }
 
 struct FetcherHandle {
@@ -55,8 +55,16 @@ struct FetcherHandle {
 }
 
 impl FetcherManager {
-    pub fn new(broker_id: i32, replicas: Arc<ReplicaManager>, quorum: Arc<Quorum>, fetch_wait_ms: i32) -> Self {
-        Self { broker_id, replicas, quorum, fetch_wait_ms }
+    /// `fetch_bytes`: (`replica.fetch.max.bytes`, `replica.fetch.response.max.bytes`).
+    pub fn new(
+        broker_id: i32,
+        replicas: Arc<ReplicaManager>,
+        quorum: Arc<Quorum>,
+        fetch_wait_ms: i32,
+        fetch_bytes: (i32, i32),
+    ) -> Self {
+        let (partition_fetch_bytes, response_fetch_bytes) = fetch_bytes;
+        Self { broker_id, replicas, quorum, fetch_wait_ms, partition_fetch_bytes, response_fetch_bytes }
     }
 
     /// Which partitions to fetch from which leader, by the applied image.
@@ -241,7 +249,7 @@ impl FetcherManager {
                 .get(&p.topic)
                 .and_then(|t| t.partitions.get(&p.index))
                 .is_some_and(|r| r.is_catching_up(self.broker_id));
-            let mut max_bytes = PARTITION_FETCH_BYTES;
+            let mut max_bytes = self.partition_fetch_bytes;
             if catching_up {
                 match throttle.allowance(mono_ms()) {
                     Some(0) => continue,
@@ -267,7 +275,7 @@ impl FetcherManager {
             .with_replica_id(BrokerId(self.broker_id))
             .with_max_wait_ms(self.fetch_wait_ms)
             .with_min_bytes(1)
-            .with_max_bytes(FETCH_RESPONSE_BYTES)
+            .with_max_bytes(self.response_fetch_bytes)
             .with_session_epoch(-1)
             .with_topics(
                 topics

@@ -338,3 +338,20 @@ def test_a_decision_waits_for_the_controllers_pending_one(make_cluster):
     expected = [v for _, v in before + during]
     got = [stored.get(o) for o in range(40)]
     assert got == expected, f"the leader's committed records were truncated: {got}"
+
+
+def test_followers_fetch_within_replica_fetch_max_bytes_and_still_take_larger_batches(make_cluster):
+    """replica.fetch.max.bytes below a batch's size: as in Kafka, the first batch of a
+    partition comes whole anyway, so followers still replicate everything and the ISR stays
+    full; acks=all writes commit."""
+    cluster = make_cluster(3, FAST + ("replica.fetch.max.bytes=1000", "replica.fetch.response.max.bytes=2000"))
+    cluster.create_topic("small-fetch", partitions=2, rf=3, configs={"min.insync.replicas": "3"})
+    cluster.wait_topic("small-fetch", 2)
+    p = producer(cluster, **{"linger.ms": 20, "batch.size": 65536})
+    for i in range(200):
+        p.produce("small-fetch", key=b"%d" % i, value=b"x" * 3000, partition=i % 2)
+    assert p.flush(60) == 0, "acks=all writes not committed with small follower fetches"
+    got = read_all(cluster, "small-fetch", 2, 200)
+    assert sum(map(len, got.values())) == 200
+    for part in range(2):
+        assert sorted(isr(cluster, "small-fetch", part, 1)) == [1, 2, 3]
