@@ -65,9 +65,9 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// partition -> leader's "host:port".
 async fn leaders(args: &Args) -> Result<HashMap<i32, String>, BoxError> {
     let mut conn = KafkaConnection::connect(&args.bootstrap, "strom-loadgen").await?;
-    let request = MetadataRequest::default()
-        .with_topics(Some(vec![MetadataRequestTopic::default()
-            .with_name(Some(TopicName(StrBytes::from_string(args.topic.clone()))))]));
+    let request = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(args.topic.clone()))))
+    ]));
     let response = conn.send(&request, 9, TIMEOUT).await?;
     let brokers: HashMap<i32, String> =
         response.brokers.iter().map(|b| (b.node_id.0, format!("{}:{}", b.host, b.port))).collect();

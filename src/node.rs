@@ -304,7 +304,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
                 ms = started.elapsed().as_millis() as u64,
                 "partition logs opened before registering"
             ),
-            Err(e) => tracing::error!(error = %e, "opening the partition logs failed; they open as the metadata applies"),
+            Err(e) => {
+                tracing::error!(error = %e, "opening the partition logs failed; they open as the metadata applies")
+            }
         }
     }
     let lifecycle_task = tokio::spawn(lifecycle.clone().run(stop_rx.clone()));

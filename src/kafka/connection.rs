@@ -495,15 +495,18 @@ mod tests {
         let mut buf = ReadBuffer::default();
         let idle = Duration::from_secs(5);
         let unbounded = RequestMemory::new(-1);
-        let (first, _) = read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
+        let (first, _) =
+            read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
         let at = first.as_ptr();
         assert_eq!(first.len(), 600_000);
         drop(first);
-        let (second, _) = read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
+        let (second, _) =
+            read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
         assert_eq!(second.len(), 500_000);
         assert_eq!(second.as_ptr(), at, "the second frame did not reuse the first one's memory");
         drop(second);
-        let (large, _) = read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
+        let (large, _) =
+            read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
         assert_eq!(large.len(), 3 << 20);
         assert!(large.iter().all(|&b| b == 7));
         drop(large);
@@ -512,7 +515,8 @@ mod tests {
         tokio::io::AsyncWriteExt::write_all(&mut client, &[0, 0, 0, 12, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12])
             .await
             .expect("send");
-        let (small, _) = read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
+        let (small, _) =
+            read_frame(&mut reader, &mut buf, 8 << 20, idle, &unbounded).await.expect("read").expect("a frame");
         assert_eq!(&small[..], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
         assert!(buf.buf.capacity() <= RETAINED_READ_BUFFER_BYTES);
     }
