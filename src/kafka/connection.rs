@@ -122,6 +122,10 @@ struct Bound {
 struct ReadBuffer {
     buf: BytesMut,
     held: Option<OwnedSemaphorePermit>,
+    /// A frame was read into `buf` since the last release: it may own
+    /// memory even when its capacity reads 0 (a frame that filled it was
+    /// split off, and the allocation is reclaimed by the next reserve).
+    used: bool,
 }
 
 impl ReadBuffer {
@@ -129,10 +133,16 @@ impl ReadBuffer {
         self.held.as_ref().map_or(0, |p| p.num_permits())
     }
 
+    /// Holds neither memory nor a reservation.
+    fn released(&self) -> bool {
+        !self.used && self.held.is_none()
+    }
+
     /// Gives the buffer's memory and its reservation back.
     fn release(&mut self) {
         self.buf = BytesMut::new();
         self.held = None;
+        self.used = false;
     }
 }
 
@@ -202,7 +212,10 @@ async fn read_frame(
     idle: Duration,
     memory: &RequestMemory,
 ) -> Result<Option<(Bytes, Option<OwnedSemaphorePermit>)>, ConnectionError> {
-    if read.buf.capacity() > 0 && tokio::time::timeout(IDLE_BUFFER_RELEASE, stream.readable()).await.is_err() {
+    // `peek` consumes nothing, so a frame that starts meanwhile is read whole
+    // below. (`readable` would not do: readiness stays set after a read that
+    // took exactly what it asked for.)
+    if !read.released() && tokio::time::timeout(IDLE_BUFFER_RELEASE, stream.peek(&mut [0u8; 1])).await.is_err() {
         // Quiet for a while: an idle connection keeps no buffer.
         read.release();
     }
@@ -226,6 +239,7 @@ async fn read_frame(
     let kept = size <= RETAINED_READ_BUFFER_BYTES;
     let own_reservation = memory.reserve(size, read, kept).await;
     let mut own = BytesMut::new();
+    read.used |= kept;
     let buf = if kept { &mut read.buf } else { &mut own };
     // Read into spare capacity: no zeroing of a buffer that is about to be overwritten.
     buf.clear();
@@ -533,7 +547,7 @@ mod tests {
         memory.reserve(500_000, &mut a, true).await;
         assert_eq!((a.held(), memory.available()), (600_000, Some(400_000)));
         // Past the bound while `a` holds its room: `b` waits, without its buffer.
-        let mut b = ReadBuffer { buf: BytesMut::with_capacity(100), held: None };
+        let mut b = ReadBuffer { buf: BytesMut::with_capacity(100), held: None, used: true };
         let mut waiting = Box::pin(memory.reserve(600_000, &mut b, true));
         assert!((&mut waiting).now_or_never().is_none(), "reserved past the bound");
         // `a` finishes a frame while `b` waits: it gives its buffer back.
@@ -552,6 +566,34 @@ mod tests {
         let unbounded = RequestMemory::new(-1);
         assert_eq!(unbounded.available(), None, "-1: no bound");
         assert!(unbounded.reserve(5_000_000, &mut b, false).await.is_none());
+    }
+
+    /// A connection that read a frame filling its buffer exactly, and then
+    /// goes quiet, gives the buffer and its reservation back.
+    #[tokio::test]
+    async fn a_quiet_connection_gives_its_reservation_back() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("addr")).await.expect("connect");
+        let (server, _) = listener.accept().await.expect("accept");
+        let (mut reader, _writer) = server.into_split();
+        let mut frame = 500_000i32.to_be_bytes().to_vec();
+        frame.resize(4 + 500_000, 7);
+        tokio::io::AsyncWriteExt::write_all(&mut client, &frame).await.expect("send");
+        let memory = RequestMemory::new(1_000_000);
+        let mut read = ReadBuffer::default();
+        let idle = Duration::from_secs(30);
+        let (got, _) =
+            read_frame(&mut reader, &mut read, 8 << 20, idle, &memory).await.expect("read").expect("a frame");
+        assert_eq!(got.len(), 500_000);
+        drop(got);
+        assert_eq!(memory.available(), Some(500_000), "the kept buffer's room is held");
+        // Nothing more comes: the next read gives the room back after
+        // IDLE_BUFFER_RELEASE, while it still waits for a frame.
+        let next = read_frame(&mut reader, &mut read, 8 << 20, idle, &memory);
+        assert!(tokio::time::timeout(IDLE_BUFFER_RELEASE * 3, next).await.is_err(), "no frame was sent");
+        assert!(read.released());
+        assert_eq!(memory.available(), Some(1_000_000));
+        drop(client);
     }
 
     proptest::proptest! {
