@@ -266,23 +266,47 @@ impl ReplicaManager {
         }
     }
 
-    /// Opens, on `threads` threads at once, the logs on disk of every
-    /// partition `image` (this node's own copy of the metadata, as it was
-    /// at start) says this broker hosts, so that a restarted broker
-    /// registers, is unfenced and answers `/ready` only with its logs
-    /// recovered. They take no role until the caught-up image is applied.
-    /// Returns the number opened.
+    /// Opens, on `threads` threads at once, every partition log on disk, so
+    /// that a restarted broker registers, is unfenced and answers `/ready`
+    /// only with its logs recovered. Each takes its configs from `image`
+    /// (this node's copy of the metadata, which at start may lag its own
+    /// log) where the topic is there, else the broker's defaults until the
+    /// caught-up image is applied. Logs the image shows on other brokers
+    /// are left to the stray cleanup. None takes a role until the caught-up
+    /// image is applied. Returns the number opened.
     pub fn recover_logs(&self, image: &MetadataImage, threads: usize) -> usize {
         let settings = self.settings.for_broker(image, self.broker_id);
-        let mut todo: Vec<(PartitionKey, LogConfig, usize)> = Vec::new();
-        for topic in image.topics.values() {
-            let (config, min_insync) = topic_settings(&settings, topic);
-            for (&index, p) in &topic.partitions {
-                let dir = self.logs_dir.join(crate::log::partition_log::partition_dir_name(&topic.name, index));
-                if p.replicas.contains(&self.broker_id) && dir.is_dir() {
-                    todo.push(((topic.name.clone(), index), config.clone(), min_insync));
-                }
+        let entries = match std::fs::read_dir(&self.logs_dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(dir = %self.logs_dir.display(), error = %e, "cannot list the logs directory");
+                return 0;
             }
+        };
+        let mut todo: Vec<(PartitionKey, LogConfig, usize)> = Vec::new();
+        for entry in entries.flatten() {
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            let Some((topic, index)) = name.rsplit_once('-') else { continue };
+            let Ok(index) = index.parse::<i32>() else { continue };
+            if !entry.path().is_dir() {
+                continue;
+            }
+            let (config, min_insync) = match image.topics.values().find(|t| t.name == topic) {
+                Some(t) => match t.partitions.get(&index) {
+                    Some(p) if !p.replicas.contains(&self.broker_id) => continue,
+                    _ => topic_settings(&settings, t),
+                },
+                None => topic_settings(
+                    &settings,
+                    &TopicImage {
+                        name: topic.to_string(),
+                        topic_id: strom_raft::records::TopicId(0),
+                        partitions: BTreeMap::new(),
+                        configs: BTreeMap::new(),
+                    },
+                ),
+            };
+            todo.push(((topic.to_string(), index), config, min_insync));
         }
         let next = std::sync::atomic::AtomicUsize::new(0);
         let opened = std::sync::atomic::AtomicUsize::new(0);

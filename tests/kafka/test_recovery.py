@@ -106,3 +106,32 @@ def test_a_restarted_broker_is_ready_only_with_its_logs_open(make_cluster):
     assert first("partition logs opened before registering") < first("registered with the controller")
     assert sum("opened partition log" in line and 'topic="many"' in line
                for line in lines[:first("registered with the controller")]) == 12
+
+
+def test_logs_of_a_topic_deleted_while_a_broker_was_down_are_deleted_when_it_returns(make_cluster):
+    """The restarted broker opens every log on its disk before it registers; those of a
+    topic deleted while it was down are then deleted (Kafka's stray replicas), and the
+    topics it still hosts keep their records."""
+    from harness import FAST, wait_for
+    c = make_cluster(3, FAST)
+    for name in ("doomed", "kept"):
+        c.create_topic(name, partitions=2, rf=3)
+        c.wait_topic(name, 2)
+    for p in range(2):
+        leader = c.topic("kept")["partitions"][p]["leader"]
+        assert wire.produce(c.node(leader).kafka_addr, "kept", p, wire.record_batch([(b"k", b"v")]))[0] == 0
+    logs = os.path.join(c.node(3).data_dir, "logs")
+    assert {d for d in os.listdir(logs) if d.startswith("doomed-")} == {"doomed-0", "doomed-1"}
+    c.kill(3)
+    status, body = c.send(1, "DELETE", "/v1/topics/doomed")
+    assert status in (200, 202, 204), f"delete topic: {status} {body}"
+    c.launch(3)
+    c.wait_ready()
+    wait_for("the deleted topic's logs gone from node 3", 30,
+             lambda: not [d for d in os.listdir(logs) if d.startswith("doomed-")])
+    assert {d for d in os.listdir(logs) if d.startswith("kept-")} == {"kept-0", "kept-1"}
+
+    def kept_on_3():
+        t = c.topic("kept", via=3)
+        return t and all(3 in p["isr"] and p["high_watermark"] == 1 for p in t["partitions"])
+    wait_for("node 3 back in the ISR of the kept topic", 30, kept_on_3)
