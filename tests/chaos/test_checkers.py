@@ -410,6 +410,19 @@ def test_a_create_committed_on_top_of_an_existing_topic_is_caught():
 
 def test_restarts_from_faults():
     faults = [{"nemesis": "kill", "nodes": [2], "start": 10.0}, {"nemesis": "pause", "nodes": [1], "start": 11.0},
-              {"nemesis": "power", "nodes": [1, 2, 3], "start": 20.0}]
+              {"nemesis": "power", "nodes": [1, 2, 3], "start": 20.0},
+              {"nemesis": "kill", "nodes": [4], "start": 30.0, "stop": 38.0}]
     assert metadata.restarts_from_faults(faults, [{"node": 3, "t": 5.0}]) == {2: [10.0, 20.0], 1: [20.0],
-                                                                              3: [20.0, 5.0]}
+                                                                              3: [20.0, 5.0], 4: [38.0]}
+
+
+def test_a_write_the_old_process_acknowledged_after_its_kill_began_binds_only_that_process():
+    # CI, seed 1: the kill of node 1 began at 3.0, node 1 acknowledged a delete at 3.5 and
+    # died just after; restarted at 6.0, it answered from its older image. Valid: the new
+    # process's chain starts over. Before the restart, the old one must still show it.
+    h = [op("create", 0, 1, v="a", node=1), op("patch", 3.2, 3.5, v="b", node=1),
+         op("read", 7, 8, obs="a", node=1, proc="c1")]
+    restarts = metadata.restarts_from_faults([{"nemesis": "kill", "nodes": [1], "start": 3.0, "stop": 6.0}])
+    assert valid(h, "relaxed", restarts=restarts) is True
+    stale_before_restart = h[:2] + [op("read", 4, 5, obs="a", node=1, proc="c1")]
+    assert valid(stale_before_restart, "relaxed", restarts=restarts) is False
