@@ -643,7 +643,7 @@ impl PartitionLog {
             self.last_flush_ms = now_ms;
             return Ok(false);
         }
-        let by_count = self.config.flush_messages.is_some_and(|limit| self.unflushed_messages >= limit);
+        let by_count = self.flush_due_by_count();
         let by_time =
             self.config.flush_ms.is_some_and(|limit| now_ms.saturating_sub(self.last_flush_ms) >= as_ms(limit));
         if by_count || by_time {

@@ -13,7 +13,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use strom_raft::state_machine::AppliedImage;
-use strom_raft::{MetadataImage, TopicImage};
+use strom_raft::MetadataImage;
 use tokio::sync::watch;
 
 use super::partition::Partition;
@@ -60,8 +60,8 @@ pub struct ReplicaManager {
 
 /// A topic's log settings and `min.insync.replicas`, from its effective
 /// configs (`settings` already carries the dynamic broker configs).
-pub fn topic_settings(settings: &Settings, topic: &TopicImage) -> (LogConfig, usize) {
-    let eff = settings.topic_effective(&topic.configs);
+pub fn topic_settings(settings: &Settings, topic: &str, configs: &BTreeMap<String, String>) -> (LogConfig, usize) {
+    let eff = settings.topic_effective(configs);
     let int = |k: &str| eff.get(k).and_then(|v| v.parse::<i64>().ok());
     let positive = |k: &str| int(k).filter(|v| *v >= 0).map(|v| v as u64);
     // Kafka's "no bound" is Long.MAX_VALUE.
@@ -89,7 +89,7 @@ pub fn topic_settings(settings: &Settings, topic: &TopicImage) -> (LogConfig, us
         max_message_bytes: positive("max.message.bytes").unwrap_or(defaults.max_message_bytes),
         // Compaction rewrites only what the group coordinator writes; other
         // topics with cleanup.policy=compact are still cleaned by retention.
-        compact: topic.name == crate::group::OFFSETS_TOPIC && compact_policy,
+        compact: topic == crate::group::OFFSETS_TOPIC && compact_policy,
         keys_required: compact_policy,
         timestamp_type,
         timestamp_before_max_ms: bound("message.timestamp.before.max.ms").or(difference),
@@ -185,7 +185,7 @@ impl ReplicaManager {
         self.leader_throttle.set_rate(rate("leader.replication.throttled.rate"));
         self.follower_throttle.set_rate(rate("follower.replication.throttled.rate"));
         for topic in image.topics.values() {
-            let (config, min_insync) = topic_settings(&settings, topic);
+            let (config, min_insync) = topic_settings(&settings, &topic.name, &topic.configs);
             for (&index, p) in &topic.partitions {
                 if !p.replicas.contains(&self.broker_id) {
                     continue;
@@ -276,37 +276,17 @@ impl ReplicaManager {
     /// image is applied. Returns the number opened.
     pub fn recover_logs(&self, image: &MetadataImage, threads: usize) -> usize {
         let settings = self.settings.for_broker(image, self.broker_id);
-        let entries = match std::fs::read_dir(&self.logs_dir) {
-            Ok(entries) => entries,
-            Err(e) => {
-                tracing::warn!(dir = %self.logs_dir.display(), error = %e, "cannot list the logs directory");
-                return 0;
-            }
-        };
+        let no_configs = BTreeMap::new();
         let mut todo: Vec<(PartitionKey, LogConfig, usize)> = Vec::new();
-        for entry in entries.flatten() {
-            let Ok(name) = entry.file_name().into_string() else { continue };
-            let Some((topic, index)) = name.rsplit_once('-') else { continue };
-            let Ok(index) = index.parse::<i32>() else { continue };
-            if !entry.path().is_dir() {
-                continue;
-            }
-            let (config, min_insync) = match image.topics.values().find(|t| t.name == topic) {
-                Some(t) => match t.partitions.get(&index) {
+        for (key, _) in self.partition_dirs() {
+            let (config, min_insync) = match image.topics.values().find(|t| t.name == key.0) {
+                Some(t) => match t.partitions.get(&key.1) {
                     Some(p) if !p.replicas.contains(&self.broker_id) => continue,
-                    _ => topic_settings(&settings, t),
+                    _ => topic_settings(&settings, &t.name, &t.configs),
                 },
-                None => topic_settings(
-                    &settings,
-                    &TopicImage {
-                        name: topic.to_string(),
-                        topic_id: strom_raft::records::TopicId(0),
-                        partitions: BTreeMap::new(),
-                        configs: BTreeMap::new(),
-                    },
-                ),
+                None => topic_settings(&settings, &key.0, &no_configs),
             };
-            todo.push(((topic.to_string(), index), config, min_insync));
+            todo.push((key, config, min_insync));
         }
         let next = std::sync::atomic::AtomicUsize::new(0);
         let opened = std::sync::atomic::AtomicUsize::new(0);
@@ -329,29 +309,39 @@ impl ReplicaManager {
     /// replicas). Called with the first image, which the broker has caught
     /// up to, so an assignment cannot be mistaken for a stray.
     fn delete_strays(&self, wanted: &HashMap<PartitionKey, ()>) {
-        let entries = match std::fs::read_dir(&self.logs_dir) {
-            Ok(entries) => entries,
-            Err(e) => {
-                tracing::warn!(dir = %self.logs_dir.display(), error = %e, "cannot list the logs directory");
-                return;
-            }
-        };
-        for entry in entries.flatten() {
-            let Ok(name) = entry.file_name().into_string() else { continue };
-            let Some((topic, index)) = name.rsplit_once('-') else { continue };
-            let Ok(index) = index.parse::<i32>() else { continue };
-            if !entry.path().is_dir() || wanted.contains_key(&(topic.to_string(), index)) {
+        for ((topic, index), path) in self.partition_dirs() {
+            if wanted.contains_key(&(topic.clone(), index)) {
                 continue;
             }
-            match std::fs::remove_dir_all(entry.path()) {
+            match std::fs::remove_dir_all(&path) {
                 Ok(()) => tracing::info!(
                     topic,
                     partition = index,
                     "deleted the log of a partition this broker no longer hosts"
                 ),
-                Err(e) => tracing::warn!(dir = %entry.path().display(), error = %e, "deleting a stray log failed"),
+                Err(e) => tracing::warn!(dir = %path.display(), error = %e, "deleting a stray log failed"),
             }
         }
+    }
+
+    /// The partition directories (`<topic>-<partition>`) in the logs directory.
+    fn partition_dirs(&self) -> Vec<(PartitionKey, PathBuf)> {
+        let entries = match std::fs::read_dir(&self.logs_dir) {
+            Ok(entries) => entries,
+            Err(e) => {
+                tracing::warn!(dir = %self.logs_dir.display(), error = %e, "cannot list the logs directory");
+                return Vec::new();
+            }
+        };
+        entries
+            .flatten()
+            .filter(|entry| entry.path().is_dir())
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                let (topic, index) = name.rsplit_once('-')?;
+                Some(((topic.to_string(), index.parse::<i32>().ok()?), entry.path()))
+            })
+            .collect()
     }
 
     fn write_checkpoint(&self) {

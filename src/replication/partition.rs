@@ -302,6 +302,20 @@ impl Partition {
         st.log.config().flush_messages == Some(1)
     }
 
+    /// With fsync on every message, records this log holds unflushed keep
+    /// the high watermark back until a flush covers them.
+    fn high_watermark_waits_for_flush(st: &State) -> bool {
+        Self::fsync_each(st) && st.log.recovery_point() < st.log.log_end_offset()
+    }
+
+    /// After a flush made under the state lock: the high watermark may move,
+    /// and `wait_durable` waiters look again.
+    fn flushed_under_lock(&self, mut st: MutexGuard<'_, State>) {
+        self.maybe_advance_high_watermark(&mut st);
+        drop(st);
+        self.flushed_tx.send_modify(|_| {});
+    }
+
     /// Asks for a flush of everything appended so far (group commit: one
     /// fdatasync on a blocking thread covers every append before it starts).
     /// Never call it holding the state lock.
@@ -435,7 +449,7 @@ impl Partition {
         self.maybe_advance_high_watermark(&mut st);
         // With fsync on every message the high watermark waits for this log
         // to be durable: what a follower appended unflushed is flushed now.
-        let unflushed = Self::fsync_each(&st) && st.log.recovery_point() < st.log.log_end_offset();
+        let unflushed = Self::high_watermark_waits_for_flush(&st);
         drop(st);
         if unflushed {
             self.request_flush();
@@ -601,7 +615,7 @@ impl Partition {
         }
         // Into fsync-on-every-message with records unflushed: the high
         // watermark now waits for them.
-        let unflushed = Self::fsync_each(&st) && st.log.recovery_point() < st.log.log_end_offset();
+        let unflushed = Self::high_watermark_waits_for_flush(&st);
         self.maybe_advance_high_watermark(&mut st);
         drop(st);
         if unflushed {
@@ -887,9 +901,7 @@ impl Partition {
         let mut st = self.state();
         let flushed = st.log.maybe_flush(wall_ms())?;
         if flushed {
-            self.maybe_advance_high_watermark(&mut st);
-            drop(st);
-            self.flushed_tx.send_modify(|_| {});
+            self.flushed_under_lock(st);
         }
         Ok(flushed)
     }
@@ -897,9 +909,7 @@ impl Partition {
     pub fn flush(&self) -> Result<(), LogError> {
         let mut st = self.state();
         st.log.flush()?;
-        self.maybe_advance_high_watermark(&mut st);
-        drop(st);
-        self.flushed_tx.send_modify(|_| {});
+        self.flushed_under_lock(st);
         Ok(())
     }
 
