@@ -365,6 +365,20 @@ def test_a_produce_waiting_on_a_removed_leader_is_answered_at_once(make_cluster)
     cluster.create_topic("leaving", partitions=1, rf=2)
     cluster.wait_topic("leaving", 1)
     leader, follower = cluster.topic("leaving")["partitions"][0]["replicas"]
+    controller = cluster.wait_active()
+    if follower == controller:
+        # The follower is paused below: were it the controller, the move would wait for a
+        # new one (the request to start it gave up after 5 s, about 1 run in 2). Move that
+        # replica elsewhere first.
+        follower = next(b for b in (1, 2, 3, 4) if b not in (leader, controller))
+        status, body = cluster.send(leader, "POST", "/v1/partitions/leaving/0/reassign",
+                                    {"replicas": [leader, follower]})
+        assert status == 202, body
+
+        def moved():
+            p = cluster.topic("leaving")["partitions"][0]
+            return p["replicas"] == [leader, follower] and p["reassignment"] is None and p["leader"] == leader
+        wait_for("the follower moved off the controller", 30, moved)
     target = [b for b in (1, 2, 3, 4) if b not in (leader, follower)]
     result = {}
     # The follower is paused: the high watermark cannot pass the record, so the produce waits.
