@@ -36,6 +36,14 @@ pub enum ErrorCode {
     NotEnoughBrokers,
     BrokerNotEmpty,
     InconsistentClusterId,
+    ResourceNotFound,
+    DuplicateResource,
+    UnsupportedSaslMechanism,
+    UnacceptableCredential,
+    SaslAuthenticationFailed,
+    ClusterAuthorizationFailed,
+    TopicAuthorizationFailed,
+    GroupAuthorizationFailed,
 }
 
 impl ErrorCode {
@@ -69,6 +77,14 @@ impl ErrorCode {
             ErrorCode::NotEnoughBrokers => "NOT_ENOUGH_BROKERS",
             ErrorCode::BrokerNotEmpty => "BROKER_NOT_EMPTY",
             ErrorCode::InconsistentClusterId => "INCONSISTENT_CLUSTER_ID",
+            ErrorCode::ResourceNotFound => "RESOURCE_NOT_FOUND",
+            ErrorCode::DuplicateResource => "DUPLICATE_RESOURCE",
+            ErrorCode::UnsupportedSaslMechanism => "UNSUPPORTED_SASL_MECHANISM",
+            ErrorCode::UnacceptableCredential => "UNACCEPTABLE_CREDENTIAL",
+            ErrorCode::SaslAuthenticationFailed => "SASL_AUTHENTICATION_FAILED",
+            ErrorCode::ClusterAuthorizationFailed => "CLUSTER_AUTHORIZATION_FAILED",
+            ErrorCode::TopicAuthorizationFailed => "TOPIC_AUTHORIZATION_FAILED",
+            ErrorCode::GroupAuthorizationFailed => "GROUP_AUTHORIZATION_FAILED",
         }
     }
 
@@ -105,6 +121,14 @@ impl ErrorCode {
             ErrorCode::NotEnoughBrokers => 38,
             ErrorCode::BrokerNotEmpty => 42,
             ErrorCode::InconsistentClusterId => 104,
+            ErrorCode::ResourceNotFound => 91,
+            ErrorCode::DuplicateResource => 92,
+            ErrorCode::UnsupportedSaslMechanism => 33,
+            ErrorCode::UnacceptableCredential => 93,
+            ErrorCode::SaslAuthenticationFailed => 58,
+            ErrorCode::ClusterAuthorizationFailed => 31,
+            ErrorCode::TopicAuthorizationFailed => 29,
+            ErrorCode::GroupAuthorizationFailed => 30,
         }
     }
 
@@ -114,7 +138,12 @@ impl ErrorCode {
             ErrorCode::UnknownTopicOrPartition
             | ErrorCode::GroupIdNotFound
             | ErrorCode::VoterNotFound
-            | ErrorCode::BrokerIdNotRegistered => 404,
+            | ErrorCode::BrokerIdNotRegistered
+            | ErrorCode::ResourceNotFound => 404,
+            ErrorCode::SaslAuthenticationFailed => 401,
+            ErrorCode::ClusterAuthorizationFailed
+            | ErrorCode::TopicAuthorizationFailed
+            | ErrorCode::GroupAuthorizationFailed => 403,
             ErrorCode::TopicAlreadyExists
             | ErrorCode::ElectionNotNeeded
             | ErrorCode::EligibleLeadersNotAvailable
@@ -122,7 +151,8 @@ impl ErrorCode {
             | ErrorCode::DuplicateVoter
             | ErrorCode::InvalidQuorumChange
             | ErrorCode::NotEnoughBrokers
-            | ErrorCode::BrokerNotEmpty => 409,
+            | ErrorCode::BrokerNotEmpty
+            | ErrorCode::DuplicateResource => 409,
             ErrorCode::NotController | ErrorCode::RequestTimedOut | ErrorCode::BrokerNotAvailable => 503,
             ErrorCode::UnknownServerError => 500,
             _ => 400,

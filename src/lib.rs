@@ -32,3 +32,4 @@ pub mod lifecycle;
 pub mod log;
 pub mod node;
 pub mod replication;
+pub mod security;

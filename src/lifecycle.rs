@@ -31,6 +31,7 @@ pub struct BrokerLifecycle {
     admin: String,
     raft: String,
     rack: Option<String>,
+    listeners: Vec<(String, String)>,
     heartbeat_interval: Duration,
     /// `broker.session.timeout.ms`: heard nothing from the controller this
     /// long, the broker takes no writes (it has likely been fenced).
@@ -52,6 +53,8 @@ pub struct BrokerIdentity {
     pub admin: String,
     pub raft: String,
     pub rack: Option<String>,
+    /// Every Kafka listener's advertised address, by listener name.
+    pub listeners: Vec<(String, String)>,
 }
 
 impl BrokerLifecycle {
@@ -62,7 +65,7 @@ impl BrokerLifecycle {
         client: Arc<ControllerClient>,
         replicas: Arc<ReplicaManager>,
     ) -> Self {
-        let BrokerIdentity { broker_id, kafka, admin, raft, rack } = identity;
+        let BrokerIdentity { broker_id, kafka, admin, raft, rack, listeners } = identity;
         Self {
             broker_id,
             incarnation_id: rand::random(),
@@ -70,6 +73,7 @@ impl BrokerLifecycle {
             admin,
             raft,
             rack,
+            listeners,
             heartbeat_interval,
             session_timeout,
             last_contact_ms: AtomicI64::new(mono_ms()),
@@ -117,6 +121,7 @@ impl BrokerLifecycle {
             admin: self.admin.clone(),
             raft: self.raft.clone(),
             rack: self.rack.clone(),
+            listeners: self.listeners.clone(),
         };
         match self.client.send(request, CALL_TIMEOUT).await {
             Ok(ControllerResponse::Done { .. }) => {

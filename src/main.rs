@@ -74,6 +74,23 @@ enum Command {
         #[command(subcommand)]
         command: cli::BrokerCommand,
     },
+    /// SCRAM users (for SASL) through the admin API.
+    User {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[command(subcommand)]
+        command: cli::UserCommand,
+    },
+    /// ACLs through the admin API.
+    Acl {
+        #[command(flatten)]
+        admin: AdminArgs,
+        #[command(subcommand)]
+        command: cli::AclCommand,
+    },
+    /// Write a new CA and certificates for TLS listeners (for trying TLS out;
+    /// production keys come from your own CA).
+    Certs(cli::CertsArgs),
     /// The metadata quorum's voters and observers through the admin API.
     Quorum {
         #[command(flatten)]
@@ -91,9 +108,10 @@ struct ServeArgs {
     /// Metadata store and partition logs live here; created if missing.
     #[arg(long)]
     data_dir: PathBuf,
-    /// Kafka protocol listener.
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    kafka: String,
+    /// Kafka protocol listener, PLAINTEXT [default: 127.0.0.1:9092]; the
+    /// `listeners` setting names several instead.
+    #[arg(long)]
+    kafka: Option<String>,
     /// HTTP admin API.
     #[arg(long, default_value = "127.0.0.1:9644")]
     admin: String,
@@ -156,13 +174,13 @@ fn parse_quorum(value: &str) -> Result<BTreeMap<u64, String>, String> {
 }
 
 fn node_config(args: ServeArgs) -> Result<NodeConfig, String> {
-    let kafka = parse_addr("kafka", &args.kafka)?;
+    let kafka = args.kafka.as_deref().map(|k| parse_addr("kafka", k)).transpose()?;
     let admin = parse_addr("admin", &args.admin)?;
     let raft = parse_addr("raft", &args.raft)?;
     let advertised_kafka = match args.advertised_kafka {
-        Some(a) if a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) => a,
+        Some(a) if a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok()) => Some(a),
         Some(a) => return Err(format!("--advertised-kafka: `{a}` is not HOST:PORT")),
-        None => kafka.clone(),
+        None => None,
     };
     let voters = match args.quorum {
         Some(q) => parse_quorum(&q)?,
@@ -180,16 +198,8 @@ fn node_config(args: ServeArgs) -> Result<NodeConfig, String> {
     for pair in &args.set {
         settings.set_pair(pair).map_err(|e| format!("--set {e}"))?;
     }
-    Ok(NodeConfig {
-        node_id: args.node_id,
-        data_dir: args.data_dir,
-        kafka,
-        admin,
-        raft,
-        advertised_kafka,
-        voters,
-        settings,
-    })
+    let listeners = strom::security::listeners::resolve(&settings, kafka.as_deref(), advertised_kafka.as_deref())?;
+    Ok(NodeConfig { node_id: args.node_id, data_dir: args.data_dir, listeners, admin, raft, voters, settings })
 }
 
 /// openraft reports every failed RPC to a down peer at ERROR level, many
@@ -268,6 +278,13 @@ fn main() -> ExitCode {
         Command::Broker { admin, command } => {
             cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::broker(admin, command)))
         }
+        Command::User { admin, command } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::user(admin, command)))
+        }
+        Command::Acl { admin, command } => {
+            cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::acl(admin, command)))
+        }
+        Command::Certs(args) => cli::exit(Ok(()), |()| cli::certs(args)),
         Command::Quorum { admin, command } => {
             cli::exit(runtime().map_err(|e| e.to_string()), |rt| rt.block_on(cli::quorum(admin, command)))
         }

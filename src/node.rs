@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strom_raft::server::AppHandler;
-use strom_raft::{codec, Quorum, QuorumConfig};
+use strom_raft::{codec, MetadataImage, Quorum, QuorumConfig};
 use tokio::sync::watch;
 
 use crate::admin::metrics::Metrics;
@@ -20,20 +20,26 @@ use crate::controller::protocol::{ControllerRequest, ControllerResponse};
 use crate::controller::Controller;
 use crate::error::{ApiError, ErrorCode};
 use crate::group::GroupCoordinator;
+use crate::kafka::connection::ListenerSpec;
 use crate::kafka::producer_ids::ProducerIdAllocator;
+use crate::kafka::registry::Client;
 use crate::lifecycle::{BrokerIdentity, BrokerLifecycle};
 use crate::replication::fetcher::FetcherManager;
 use crate::replication::ReplicaManager;
+use crate::security::acl::{Authorizer, Operation, ResourceType, CLUSTER_NAME};
+use crate::security::sasl::Mechanism;
+use crate::security::tls::TlsSource;
+use crate::security::Listener;
 
 /// Everything `strom serve` was told.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
     pub node_id: u64,
     pub data_dir: PathBuf,
-    pub kafka: String,
+    /// The Kafka listeners, the inter-broker one first.
+    pub listeners: Vec<Listener>,
     pub admin: String,
     pub raft: String,
-    pub advertised_kafka: String,
     /// Voter ids and `--raft` addresses; a node alone when `--quorum` is absent.
     pub voters: BTreeMap<u64, String>,
     pub settings: Settings,
@@ -51,12 +57,31 @@ pub struct NodeContext {
     pub replicas: Arc<ReplicaManager>,
     pub producer_ids: ProducerIdAllocator,
     pub groups: Arc<GroupCoordinator>,
+    /// The ACL authorizer (off unless `authorizer.class.name` is set).
+    pub authorizer: Authorizer,
 }
 
 /// Longest a request waits for the data plane to enact metadata this node has already applied.
 const DATA_PLANE_LAG_MAX: Duration = Duration::from_secs(2);
 
 impl NodeContext {
+    /// Whether `client` may do `op` on a resource, by the ACLs in `image`.
+    pub fn authorize(
+        &self,
+        client: &Client,
+        image: &MetadataImage,
+        op: Operation,
+        resource: ResourceType,
+        name: &str,
+    ) -> bool {
+        self.authorizer.authorize(image, &client.principal, client.host, op, resource, name)
+    }
+
+    /// Whether `client` may do `op` on the cluster.
+    pub fn authorize_cluster(&self, client: &Client, image: &MetadataImage, op: Operation) -> bool {
+        self.authorize(client, image, op, ResourceType::Cluster, CLUSTER_NAME)
+    }
+
     /// Waits (bounded) until the replicas follow every metadata record this
     /// node had applied when called, so a client that has just seen a
     /// leadership in Metadata or the admin API finds it enacted here.
@@ -78,6 +103,8 @@ pub enum NodeError {
     AdminBind { addr: String, source: std::io::Error },
     #[error("cannot listen on the Kafka address {addr}: {source}")]
     KafkaBind { addr: String, source: std::io::Error },
+    #[error("listener {listener}: {reason}")]
+    Listener { listener: String, reason: String },
     #[error("partition logs under {path}: {source}")]
     Logs { path: PathBuf, source: std::io::Error },
 }
@@ -170,10 +197,30 @@ fn quorum_stopped(why: &str) -> ! {
     std::process::exit(70);
 }
 
+/// How a listener's connections are secured, from the settings: TLS files
+/// are loaded now, so a bad one stops the start with its reason.
+fn listener_spec(l: &Listener, settings: &Settings) -> Result<ListenerSpec, NodeError> {
+    let error = |reason: String| NodeError::Listener { listener: l.name.clone(), reason };
+    let tls = match l.protocol.uses_tls() {
+        true => Some(Arc::new(TlsSource::from_settings(settings).map_err(error)?)),
+        false => None,
+    };
+    let sasl = settings
+        .get("sasl.enabled.mechanisms")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|m| Mechanism::parse(m.trim()))
+        .collect();
+    Ok(ListenerSpec { name: Arc::from(l.name.as_str()), protocol: l.protocol, tls, sasl })
+}
+
 /// Runs a node until SIGTERM/SIGINT, then shuts down in a controlled way.
 pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
-    check_data_dir(&config.data_dir, config.node_id)?;
     let settings = Arc::new(config.settings.clone());
+    // Before the data directory is touched: a listener that cannot start
+    // (a TLS file that does not load) leaves it as it was.
+    let specs = config.listeners.iter().map(|l| listener_spec(l, &settings)).collect::<Result<Vec<_>, _>>()?;
+    check_data_dir(&config.data_dir, config.node_id)?;
     let broker_id = i32::try_from(config.node_id).map_err(|_| NodeError::DataDir {
         path: config.data_dir.clone(),
         reason: "node id does not fit a Kafka broker id".into(),
@@ -193,9 +240,13 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let admin_listener = tokio::net::TcpListener::bind(&config.admin)
         .await
         .map_err(|source| NodeError::AdminBind { addr: config.admin.clone(), source })?;
-    let kafka_listener = tokio::net::TcpListener::bind(&config.kafka)
-        .await
-        .map_err(|source| NodeError::KafkaBind { addr: config.kafka.clone(), source })?;
+    let mut kafka_listeners = Vec::with_capacity(config.listeners.len());
+    for (l, spec) in config.listeners.iter().zip(specs) {
+        let socket = tokio::net::TcpListener::bind(&l.bind)
+            .await
+            .map_err(|source| NodeError::KafkaBind { addr: l.bind.clone(), source })?;
+        kafka_listeners.push((socket, Arc::new(spec)));
+    }
     let replicas = Arc::new(
         ReplicaManager::new(broker_id, &config.data_dir, settings.clone())
             .map_err(|source| NodeError::Logs { path: config.data_dir.join("logs"), source })?,
@@ -205,10 +256,11 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let client = Arc::new(ControllerClient::new(quorum.clone(), controller.clone()));
     let identity = BrokerIdentity {
         broker_id,
-        kafka: config.advertised_kafka.clone(),
+        kafka: config.listeners[0].advertised.clone(),
         admin: config.admin.clone(),
         raft: config.raft.clone(),
         rack: settings.get("broker.rack"),
+        listeners: config.listeners.iter().map(|l| (l.name.clone(), l.advertised.clone())).collect(),
     };
     let lifecycle = Arc::new(BrokerLifecycle::new(
         identity,
@@ -232,6 +284,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         replicas: replicas.clone(),
         producer_ids: ProducerIdAllocator::default(),
         groups: Arc::new(GroupCoordinator::new(settings.clone(), replicas.clone())),
+        authorizer: Authorizer::from_settings(&settings),
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -261,7 +314,10 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         let (ctx, lifecycle, stop) = (ctx.clone(), lifecycle.clone(), stop_kafka_rx.clone());
         tokio::spawn(async move {
             if lifecycle.wait_caught_up(stop.clone()).await {
-                crate::kafka::serve(kafka_listener, ctx, stop).await;
+                let serving = kafka_listeners
+                    .into_iter()
+                    .map(|(socket, spec)| tokio::spawn(crate::kafka::serve(socket, spec, ctx.clone(), stop.clone())));
+                futures_util::future::join_all(serving).await;
             }
         })
     };
@@ -312,7 +368,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     let lifecycle_task = tokio::spawn(lifecycle.clone().run(stop_rx.clone()));
     tracing::info!(
         node_id = config.node_id,
-        kafka = %config.kafka,
+        kafka = %config.listeners.iter().map(|l| format!("{}://{}", l.name, l.bind)).collect::<Vec<_>>().join(","),
         admin = %config.admin,
         raft = %config.raft,
         voter = config.voters.contains_key(&config.node_id),

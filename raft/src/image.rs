@@ -8,11 +8,13 @@
 //! controller are derived views of the image ([`MetadataImage::partition_state`],
 //! [`MetadataImage::replica_state`]), never stored separately.
 
-use std::collections::BTreeMap;
+use std::any::Any;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::records::{BrokerState, ConfigResource, LeaderChange, MetadataRecord, TopicId};
+use crate::records::{AclBinding, BrokerState, ConfigResource, LeaderChange, MetadataRecord, ScramCredential, TopicId};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
@@ -23,6 +25,8 @@ pub struct BrokerRegistration {
     pub raft: String,
     /// `broker.rack`, when set.
     pub rack: Option<String>,
+    /// Every Kafka listener's advertised address, by listener name.
+    pub listeners: Vec<(String, String)>,
     pub state: BrokerState,
     /// In maintenance: keeps its replicas but leads nothing.
     pub maintenance: bool,
@@ -40,6 +44,16 @@ impl BrokerRegistration {
     /// Active, and neither in maintenance nor draining: may take leaderships.
     pub fn can_lead(&self) -> bool {
         self.is_active() && !self.maintenance && !self.decommissioning
+    }
+
+    /// The address it advertises on the Kafka listener `name`, if it has
+    /// that listener. (A broker registered without listener names has one
+    /// listener, `kafka`, answered for any name.)
+    pub fn advertised(&self, name: &str) -> Option<&str> {
+        if self.listeners.is_empty() {
+            return Some(&self.kafka);
+        }
+        self.listeners.iter().find(|(n, _)| n == name).map(|(_, a)| a.as_str())
     }
 }
 
@@ -187,6 +201,38 @@ pub struct MetadataImage {
     /// Unregistered brokers and the incarnation that was running then: that
     /// incarnation may not register again (a restart may).
     pub retired_brokers: BTreeMap<i32, u64>,
+    /// SCRAM credentials by user, then by mechanism code.
+    pub scram_credentials: BTreeMap<String, BTreeMap<i8, ScramCredential>>,
+    pub acls: BTreeSet<AclBinding>,
+    /// What a reader derives from `acls` (the authorizer's index), built
+    /// once per set of ACLs and shared by every image that has that set:
+    /// not stored, and replaced whenever an ACL record applies.
+    #[serde(skip)]
+    pub acl_cache: DerivedCache,
+}
+
+/// A value derived from part of the image, built on first use, then read
+/// without a lock. Two images are equal whatever their caches hold.
+#[derive(Clone, Default)]
+pub struct DerivedCache(Arc<OnceLock<Box<dyn Any + Send + Sync>>>);
+
+impl DerivedCache {
+    /// The cached `T`, built by `build` the first time.
+    pub fn get_or_init<T: Any + Send + Sync>(&self, build: impl FnOnce() -> T) -> Option<&T> {
+        self.0.get_or_init(|| Box::new(build())).downcast_ref()
+    }
+}
+
+impl PartialEq for DerivedCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for DerivedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DerivedCache")
+    }
 }
 
 impl MetadataImage {
@@ -198,7 +244,7 @@ impl MetadataImage {
                     self.cluster_id = Some(cluster_id.clone());
                 }
             }
-            MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft, rack } => {
+            MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft, rack, listeners } => {
                 let previous = self.brokers.get(broker_id).cloned();
                 self.brokers.insert(
                     *broker_id,
@@ -209,6 +255,7 @@ impl MetadataImage {
                         admin: admin.clone(),
                         raft: raft.clone(),
                         rack: rack.clone(),
+                        listeners: listeners.clone(),
                         state: BrokerState::Fenced,
                         // A restart keeps the operator's intent.
                         maintenance: previous.as_ref().is_some_and(|b| b.maintenance),
@@ -264,6 +311,27 @@ impl MetadataImage {
                 let broker = self.brokers.remove(broker_id).ok_or(ApplyError::UnknownBroker(*broker_id))?;
                 self.retired_brokers.insert(*broker_id, broker.incarnation_id);
                 self.per_broker_configs.remove(broker_id);
+            }
+            MetadataRecord::UserScramCredential { name, mechanism, credential } => {
+                self.scram_credentials.entry(name.clone()).or_default().insert(*mechanism, credential.clone());
+            }
+            MetadataRecord::Acl { binding } => {
+                if self.acls.insert(binding.clone()) {
+                    self.acl_cache = DerivedCache::default();
+                }
+            }
+            MetadataRecord::RemoveAcl { binding } => {
+                if self.acls.remove(binding) {
+                    self.acl_cache = DerivedCache::default();
+                }
+            }
+            MetadataRecord::RemoveUserScramCredential { name, mechanism } => {
+                if let Some(user) = self.scram_credentials.get_mut(name) {
+                    user.remove(mechanism);
+                    if user.is_empty() {
+                        self.scram_credentials.remove(name);
+                    }
+                }
             }
             MetadataRecord::PartitionReassignment { topic_id, partition, replicas, adding, removing, isr, leader } => {
                 let topic = self.topic_by_id_mut(*topic_id)?;
@@ -358,6 +426,7 @@ mod tests {
             admin: String::new(),
             raft: String::new(),
             rack: None,
+            listeners: vec![],
         }
     }
 

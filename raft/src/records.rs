@@ -79,6 +79,8 @@ pub enum MetadataRecord {
         raft: String,
         /// `broker.rack`: replicas of one partition go to different racks.
         rack: Option<String>,
+        /// Every Kafka listener's advertised address, by listener name.
+        listeners: Vec<(String, String)>,
     },
     /// Fenced, unfenced or shutting down.
     BrokerRegistrationChange {
@@ -150,6 +152,65 @@ pub enum MetadataRecord {
     UnregisterBroker {
         broker_id: i32,
     },
+    /// A user's SCRAM credential for one mechanism (KRaft's
+    /// UserScramCredentialRecord): never the password.
+    UserScramCredential {
+        name: String,
+        /// Kafka's mechanism code: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512.
+        mechanism: i8,
+        credential: ScramCredential,
+    },
+    /// Removes a user's credential for one mechanism.
+    RemoveUserScramCredential {
+        name: String,
+        mechanism: i8,
+    },
+    /// Adds an ACL (KRaft's AccessControlEntryRecord); adding one that exists changes nothing.
+    Acl {
+        binding: AclBinding,
+    },
+    /// Removes an ACL.
+    RemoveAcl {
+        binding: AclBinding,
+    },
+}
+
+/// An ACL in Kafka's model, with Kafka's numeric codes: who (principal and
+/// host) may or may not (permission) do what (operation) to which resources
+/// (type, name and pattern).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct AclBinding {
+    /// 2 topic, 3 group, 4 cluster, 5 transactional id.
+    pub resource_type: i8,
+    pub resource_name: String,
+    /// 3 literal, 4 prefixed.
+    pub pattern_type: i8,
+    /// `User:NAME` or `User:*`.
+    pub principal: String,
+    /// An IP address, or `*`.
+    pub host: String,
+    /// Kafka's AclOperation code (2 ALL, 3 READ, ... 12 IDEMPOTENT_WRITE).
+    pub operation: i8,
+    /// 2 deny, 3 allow.
+    pub permission: i8,
+}
+
+/// A SCRAM credential as RFC 5802 stores it: the salt, the iteration count,
+/// and keys derived from the salted password (which cannot be turned back
+/// into it).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredential {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: u32,
+}
+
+impl std::fmt::Debug for ScramCredential {
+    /// Keys stay out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScramCredential").field("iterations", &self.iterations).finish_non_exhaustive()
+    }
 }
 
 #[cfg(test)]

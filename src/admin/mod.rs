@@ -5,6 +5,7 @@
 //! has applied them, so a read after a write on the same node sees it.
 //! Errors are `{"error": CODE, "message": sentence}` with 4xx/503 statuses.
 
+mod acls;
 mod balancer;
 mod broker_configs;
 mod brokers;
@@ -15,6 +16,7 @@ mod openapi;
 mod quorum;
 mod reassignments;
 mod topics;
+mod users;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -141,6 +143,9 @@ pub fn router(ctx: Arc<NodeContext>) -> Router {
         .route("/v1/quorum/voters", post(quorum::add_voter))
         .route("/v1/quorum/voters/{id}", axum::routing::delete(quorum::remove_voter))
         .route("/v1/internal/quorum", get(quorum::internal))
+        .route("/v1/users", get(users::list).post(users::create))
+        .route("/v1/acls", get(acls::list).post(acls::create).delete(acls::delete))
+        .route("/v1/users/{name}", axum::routing::delete(users::delete))
         .route("/v1/internal/reassignment-progress", get(reassignments::internal_progress))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), track))

@@ -29,6 +29,18 @@ fn path_param(name: &str, kind: &str) -> Value {
     json!({"name": name, "in": "path", "required": true, "schema": {"type": kind}})
 }
 
+fn acl_properties() -> Value {
+    json!({
+        "principal": {"type": "string", "pattern": "^[^:]+:.+$", "example": "User:alice"},
+        "host": {"type": "string", "description": "an IP address, or * (default)"},
+        "resource_type": {"type": "string", "enum": ["topic", "group", "cluster", "transactional_id"]},
+        "resource_name": {"type": "string", "minLength": 1, "description": "a name, * for all; kafka-cluster for the cluster"},
+        "pattern_type": {"type": "string", "enum": ["literal", "prefixed"]},
+        "operation": {"type": "string", "enum": ["all", "read", "write", "create", "delete", "alter", "describe", "cluster_action", "describe_configs", "alter_configs", "idempotent_write"]},
+        "permission": {"type": "string", "enum": ["allow", "deny"]},
+    })
+}
+
 pub fn spec() -> Value {
     let topic = path_param("name", "string");
     json!({
@@ -101,6 +113,23 @@ pub fn spec() -> Value {
                 "parameters": [path_param("id", "string")],
                 "get": op("Describe a consumer group", &[("200", "group"), ("404", "unknown")]),
             },
+            "/v1/users": {
+                "get": op("SCRAM users with their mechanisms (never a password or key)", &[("200", "users")]),
+                "post": with_body(op("Create a SCRAM user, or set a new password: credentials for one mechanism, or both when none is named", &[("201", "user"), ("400", "UNACCEPTABLE_CREDENTIAL (empty name or password, iterations out of 4096..16384), UNSUPPORTED_SASL_MECHANISM, or INVALID_REQUEST (malformed body)"), ("503", "no controller")]), "NewUser"),
+            },
+            "/v1/users/{name}": {
+                "parameters": [path_param("name", "string")],
+                "delete": op("Remove a user's credentials", &[("204", "removed"), ("404", "RESOURCE_NOT_FOUND"), ("503", "no controller")]),
+            },
+            "/v1/acls": {
+                "get": op("Every ACL", &[("200", "ACLs")]),
+                "post": with_body(op("Add an ACL (host defaults to *, pattern_type to literal, a cluster resource's name to kafka-cluster); adding one that exists changes nothing", &[("201", "the ACL"), ("400", "INVALID_REQUEST: a missing field, an unknown value, a host that is not an IP address or *, a principal that is not TYPE:NAME"), ("503", "no controller")]), "Acl"),
+                "delete": {
+                    "summary": "Remove every ACL the filter matches (a missing field, or no body, matches any)",
+                    "requestBody": {"required": false, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AclFilter"}}}},
+                    "responses": op("", &[("200", "the ACLs removed"), ("400", "INVALID_REQUEST: an unknown value or a malformed body"), ("503", "no controller")])["responses"].clone(),
+                },
+            },
             "/v1/openapi.json": {"get": op("This document", &[("200", "OpenAPI 3")])},
         },
         "components": {"schemas": {
@@ -115,6 +144,13 @@ pub fn spec() -> Value {
             "AddPartitions": {"type": "object", "required": ["count"], "properties": {"count": {"type": "integer"}}},
             "ConfigChanges": {"type": "object", "additionalProperties": {"type": "string", "nullable": true}},
             "ElectLeader": {"type": "object", "required": ["type"], "properties": {"type": {"type": "string", "enum": ["preferred", "unclean"]}}},
+            "NewUser": {"type": "object", "required": ["name", "password"], "additionalProperties": false, "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 255},
+                "password": {"type": "string", "minLength": 1},
+                "mechanism": {"type": "string", "enum": ["SCRAM-SHA-256", "SCRAM-SHA-512"]},
+                "iterations": {"type": "integer", "minimum": 4096, "maximum": 16384, "default": 4096}}},
+            "Acl": {"type": "object", "required": ["principal", "resource_type", "operation", "permission"], "additionalProperties": false, "properties": acl_properties()},
+            "AclFilter": {"type": "object", "additionalProperties": false, "properties": acl_properties()},
             "AddVoter": {"type": "object", "required": ["id"], "additionalProperties": false, "properties": {"id": {"type": "integer", "minimum": 0}}},
             "Reassign": {"type": "object", "required": ["replicas"], "additionalProperties": false, "properties": {
                 "replicas": {"type": "array", "minItems": 1, "uniqueItems": true, "items": {"type": "integer", "format": "int32"}}}},

@@ -2,16 +2,20 @@
 //! readable tables, or the API's JSON with `--json`. Exit 0 on success, 1 on
 //! an API error (its code and message on stderr).
 
+mod acl;
 mod balancer;
 mod broker;
 mod quorum;
 mod reassign;
 mod table;
+mod user;
 
+pub use acl::{acl, AclCommand};
 pub use balancer::{balancer, BalancerCommand};
 pub use broker::{broker, BrokerCommand};
 pub use quorum::{quorum, QuorumCommand};
 pub use reassign::{partition, reassignments, PartitionCommand};
+pub use user::{certs, user, CertsArgs, UserCommand};
 
 use std::process::ExitCode;
 

@@ -17,6 +17,80 @@ const LONG_MAX_TEXT: &str = "9223372036854775807";
 const NO_THREAD_POOLS: &str = "accepted, not used: Strom runs on one async runtime, not thread pools";
 
 pub const BROKER_SETTINGS: &[SettingDef] = &[
+    def(
+        "listeners",
+        None,
+        Kind::Custom(crate::security::listeners::validate_endpoints),
+        "Kafka listeners, NAME://HOST:PORT,... (unset: one PLAINTEXT listener on --kafka)",
+    ),
+    def(
+        "advertised.listeners",
+        None,
+        Kind::Custom(crate::security::listeners::validate_endpoints),
+        "what Metadata advertises per listener name (unset: the bound address)",
+    ),
+    def(
+        "listener.security.protocol.map",
+        Some("PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
+        Kind::Custom(crate::security::listeners::validate_protocol_map),
+        "the security protocol of each listener name",
+    ),
+    def(
+        "inter.broker.listener.name",
+        None,
+        Kind::Custom(listener_name),
+        "the listener followers fetch from (unset: the first PLAINTEXT one); it must be PLAINTEXT",
+    ),
+    def(
+        "sasl.enabled.mechanisms",
+        Some("SCRAM-SHA-256,SCRAM-SHA-512,PLAIN"),
+        Kind::List(&["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),
+        "SASL mechanisms of SASL_PLAINTEXT and SASL_SSL listeners (PLAIN checks the SCRAM credentials)",
+    ),
+    def("ssl.keystore.type", Some("PEM"), Kind::Choice(&["PEM"]), "format of ssl.keystore.location"),
+    def(
+        "ssl.keystore.location",
+        None,
+        Kind::Custom(path),
+        "PEM file with the private key and certificate chain of SSL and SASL_SSL listeners; reloaded when it changes",
+    ),
+    def("ssl.truststore.type", Some("PEM"), Kind::Choice(&["PEM"]), "format of ssl.truststore.location"),
+    def(
+        "ssl.truststore.location",
+        None,
+        Kind::Custom(path),
+        "PEM file of the CAs client certificates must chain to",
+    ),
+    def(
+        "ssl.client.auth",
+        Some("none"),
+        Kind::Choice(&["none", "requested", "required"]),
+        "whether TLS listeners ask clients for a certificate (its subject becomes the principal)",
+    ),
+    def(
+        "authorizer.class.name",
+        Some(""),
+        Kind::Custom(crate::security::acl::validate_authorizer),
+        "turns ACLs on: org.apache.kafka.metadata.authorizer.StandardAuthorizer (empty: no authorizer)",
+    ),
+    def(
+        "super.users",
+        None,
+        Kind::Custom(crate::security::acl::validate_super_users),
+        "principals the ACLs do not apply to, User:NAME;User:OTHER",
+    ),
+    def(
+        "allow.everyone.if.no.acl.found",
+        Some("false"),
+        Kind::Bool,
+        "with the authorizer on: whether a resource no ACL names is open to all",
+    ),
+    def(
+        "connection.failed.authentication.delay.ms",
+        Some("100"),
+        int(0, I32_MAX),
+        "delay before a failed SASL authentication is answered and the connection closed",
+    ),
     def("num.partitions", Some("1"), int(1, 10_000), "partitions of auto-created topics"),
     def("default.replication.factor", Some("1"), int(1, 32), "replication factor of auto-created topics"),
     def("min.insync.replicas", Some("1"), int(1, 32), "ISR size acks=all needs").dynamic(),
@@ -263,6 +337,20 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
 
 /// Kafka's gzip level: -1 (the codec's default) or 1 to 9.
 /// `broker.rack`: what Kafka takes, a non-empty name of printable characters.
+pub fn listener_name(value: &str) -> Result<String, String> {
+    if value.is_empty() || !value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(format!("`{value}` is not a listener name (letters, digits, _ and -)"));
+    }
+    Ok(value.to_string())
+}
+
+pub fn path(value: &str) -> Result<String, String> {
+    if value.trim().is_empty() {
+        return Err("must be a file path".into());
+    }
+    Ok(value.trim().to_string())
+}
+
 pub fn rack(value: &str) -> Result<String, String> {
     if value.is_empty() || value.len() > 255 || value.chars().any(|c| c.is_control()) {
         return Err("a rack is 1 to 255 printable characters".into());

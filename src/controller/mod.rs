@@ -69,6 +69,7 @@ struct BrokerAddrs {
     admin: String,
     raft: String,
     rack: Option<String>,
+    listeners: Vec<(String, String)>,
 }
 
 impl Controller {
@@ -139,8 +140,8 @@ impl Controller {
                 }
                 return self.heartbeat(&quorum, broker_id, incarnation_id, applied_index).await;
             }
-            ControllerRequest::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft, rack } => {
-                let addrs = BrokerAddrs { kafka, admin, raft, rack };
+            ControllerRequest::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft, rack, listeners } => {
+                let addrs = BrokerAddrs { kafka, admin, raft, rack, listeners };
                 self.register(&quorum, broker_id, incarnation_id, addrs).await
             }
             ControllerRequest::ControlledShutdown { broker_id, incarnation_id } => {
@@ -283,7 +284,7 @@ impl Controller {
         incarnation_id: u64,
         addrs: BrokerAddrs,
     ) -> Result<u64, ApiError> {
-        let BrokerAddrs { kafka, admin, raft, rack } = addrs;
+        let BrokerAddrs { kafka, admin, raft, rack, listeners } = addrs;
         let _guard = self.decision_lock(quorum).await?;
         let node_id =
             u64::try_from(broker_id).map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "bad broker id"))?;
@@ -304,7 +305,8 @@ impl Controller {
             self.liveness().heartbeat(broker_id, Instant::now());
             return Ok(0);
         }
-        let mut records = vec![MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft, rack }];
+        let mut records =
+            vec![MetadataRecord::RegisterBroker { broker_id, incarnation_id, kafka, admin, raft, rack, listeners }];
         if image.brokers.contains_key(&broker_id) {
             // A restarted broker lost its in-memory state: nothing stays led by it.
             records.extend(election::elections_without(&image, broker_id, self.unclean_default(&image)));
@@ -406,6 +408,15 @@ impl Controller {
             ControllerRequest::Unregister { broker_id } => {
                 drain::check_unregister(&image, *broker_id)?;
                 vec![MetadataRecord::UnregisterBroker { broker_id: *broker_id }]
+            }
+            ControllerRequest::AlterScramCredentials { changes } => crate::security::users::records(changes)?,
+            ControllerRequest::AlterAcls { add, remove } => {
+                for b in add {
+                    crate::security::acl::check_binding(b)
+                        .map_err(|reason| ApiError::new(ErrorCode::InvalidRequest, format!("Invalid ACL: {reason}")))?;
+                }
+                let removed = remove.iter().map(|b| MetadataRecord::RemoveAcl { binding: b.clone() });
+                removed.chain(add.iter().map(|b| MetadataRecord::Acl { binding: b.clone() })).collect()
             }
             _ => return Err(ApiError::new(ErrorCode::InvalidRequest, "not an admin request")),
         };
@@ -778,6 +789,14 @@ fn log_admin_write(request: &ControllerRequest, index: u64) {
             tracing::info!(broker_id, draining = on, index, "broker decommission changed")
         }
         ControllerRequest::Unregister { broker_id } => tracing::info!(broker_id, index, "broker unregistered"),
+        ControllerRequest::AlterAcls { add, remove } => {
+            tracing::info!(added = ?add, removed = ?remove, index, "ACLs changed")
+        }
+        ControllerRequest::AlterScramCredentials { changes } => {
+            // Names and mechanisms only: never a key.
+            let changes: Vec<_> = changes.iter().map(|(user, m, c)| (user, m, c.is_some())).collect();
+            tracing::info!(?changes, index, "SCRAM credentials changed (user, mechanism, set)")
+        }
         _ => {}
     }
 }

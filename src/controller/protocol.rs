@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use strom_raft::records::{AclBinding, ScramCredential};
+
 use crate::error::ApiError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,6 +26,8 @@ pub enum ControllerRequest {
         admin: String,
         raft: String,
         rack: Option<String>,
+        /// Every Kafka listener's advertised address, by listener name.
+        listeners: Vec<(String, String)>,
     },
     Heartbeat {
         broker_id: i32,
@@ -108,6 +112,16 @@ pub enum ControllerRequest {
         topic: String,
         partition: i32,
         target: Option<Vec<i32>>,
+    },
+    /// Sets (`Some`) or removes (`None`) users' SCRAM credentials, by
+    /// Kafka's mechanism code, all at once.
+    AlterScramCredentials {
+        changes: Vec<(String, i8, Option<ScramCredential>)>,
+    },
+    /// Adds and removes ACLs, all at once.
+    AlterAcls {
+        add: Vec<AclBinding>,
+        remove: Vec<AclBinding>,
     },
 }
 

@@ -19,6 +19,7 @@ pub fn image_with_racks(registered: &[(i32, Option<&str>)], active: &[i32]) -> M
             admin: String::new(),
             raft: String::new(),
             rack: rack.map(str::to_string),
+            listeners: vec![],
         })
         .expect("register");
         if active.contains(&b) {

@@ -5,6 +5,8 @@
 //! requests of one connection are pending, so a client that pipelines (as
 //! librdkafka does) keeps the broker busy while acks=all answers wait.
 
+use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Poll;
@@ -13,13 +15,17 @@ use std::time::Duration;
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
-use super::frame::{FrameWriter, ResponseFrame};
-use super::registry::{self, PendingResponse};
+use super::frame::{FrameWriter, ResponseFrame, WriteSide};
+use super::registry::{self, PendingResponse, Session};
 use crate::node::NodeContext;
+use crate::security::sasl::{Mechanism, Outcome, SaslExchange};
+use crate::security::tls::{certificate_subject, TlsSource};
+use crate::security::SecurityProtocol;
 
 /// Requests of one connection handled at once.
 pub const MAX_IN_FLIGHT: usize = 64;
@@ -46,6 +52,22 @@ const RETAINED_READ_BUFFER_BYTES: usize = 2 << 20;
 const IDLE_BUFFER_RELEASE: Duration = Duration::from_millis(200);
 /// The smallest well-formed request: api key, version, correlation id, client id length.
 const MIN_FRAME_BYTES: usize = 10;
+/// Longest a client may take over its TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// What a connection may send before it has authenticated on a SASL listener.
+const BEFORE_AUTHENTICATION: &[ApiKey] = &[ApiKey::ApiVersions, ApiKey::SaslHandshake, ApiKey::SaslAuthenticate];
+/// The principal of a client that did not authenticate (Kafka's name).
+pub const ANONYMOUS: &str = "User:ANONYMOUS";
+
+/// One Kafka listener, as its connections are served.
+pub struct ListenerSpec {
+    pub name: Arc<str>,
+    pub protocol: SecurityProtocol,
+    /// The listener's TLS configuration (SSL and SASL_SSL).
+    pub tls: Option<Arc<TlsSource>>,
+    /// `sasl.enabled.mechanisms` (SASL_PLAINTEXT and SASL_SSL).
+    pub sasl: Vec<Mechanism>,
+}
 
 /// Why a connection was closed.
 #[derive(Debug, thiserror::Error)]
@@ -64,10 +86,21 @@ pub enum ConnectionError {
     Malformed { api: ApiKey, version: i16, reason: String },
     #[error("idle for longer than connections.max.idle.ms")]
     Idle,
+    #[error("TLS handshake failed: {0}")]
+    Tls(std::io::Error),
+    #[error("{0:?} before SASL authentication")]
+    Unauthenticated(ApiKey),
+    #[error("SASL authentication failed")]
+    AuthenticationFailed,
 }
 
 /// Serves Kafka on `listener` until `shutdown`.
-pub async fn serve(listener: TcpListener, ctx: Arc<NodeContext>, mut shutdown: watch::Receiver<bool>) {
+pub async fn serve(
+    listener: TcpListener,
+    spec: Arc<ListenerSpec>,
+    ctx: Arc<NodeContext>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let memory = RequestMemory::new(ctx.settings.int("queued.max.request.bytes").unwrap_or(-1));
     loop {
@@ -87,12 +120,16 @@ pub async fn serve(listener: TcpListener, ctx: Arc<NodeContext>, mut shutdown: w
             tracing::warn!(%peer, "too many kafka connections; refusing one");
             continue;
         };
-        let (ctx, memory) = (ctx.clone(), memory.clone());
+        let (ctx, memory, spec) = (ctx.clone(), memory.clone(), spec.clone());
         tokio::spawn(async move {
-            match serve_connection(stream, ctx, memory).await {
+            let listener = spec.name.clone();
+            match accept_connection(stream, peer, spec, ctx, memory).await {
                 Ok(()) | Err(ConnectionError::Idle) => tracing::debug!(%peer, "kafka connection closed"),
                 Err(ConnectionError::Io(e)) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
-                Err(e) => tracing::warn!(%peer, error = %e, "kafka connection closed after a bad request"),
+                Err(e @ (ConnectionError::Tls(_) | ConnectionError::AuthenticationFailed)) => {
+                    tracing::info!(%peer, %listener, error = %e, "kafka connection refused")
+                }
+                Err(e) => tracing::warn!(%peer, %listener, error = %e, "kafka connection closed after a bad request"),
             }
             drop(permit);
         });
@@ -200,22 +237,41 @@ impl RequestMemory {
     }
 }
 
+/// A connection's receiving side, for [`read_frame`].
+pub trait FrameSource: AsyncRead + Unpin + Send {
+    /// Resolves once a byte can be read (or the peer closed), consuming
+    /// nothing; cancel-safe.
+    fn ready(&mut self) -> impl Future<Output = std::io::Result<()>> + Send;
+}
+
+impl FrameSource for OwnedReadHalf {
+    async fn ready(&mut self) -> std::io::Result<()> {
+        // `peek` consumes nothing, so a frame that starts meanwhile is read
+        // whole. (`readable` would not do: readiness stays set after a read
+        // that took exactly what it asked for.)
+        self.peek(&mut [0u8; 1]).await.map(|_| ())
+    }
+}
+
+impl<S: AsyncRead + Unpin + Send> FrameSource for BufReader<S> {
+    async fn ready(&mut self) -> std::io::Result<()> {
+        self.fill_buf().await.map(|_| ())
+    }
+}
+
 /// Reads one frame body; `Ok(None)` on a clean close between frames. The
 /// body is read into `buf`, which is kept from frame to frame: once the last
 /// frame is dropped (a produce's records are appended before the next frame
 /// is read), its memory is reused instead of a fresh, kernel-zeroed
 /// allocation per request.
-async fn read_frame(
-    stream: &mut tokio::net::tcp::OwnedReadHalf,
+async fn read_frame<R: FrameSource>(
+    stream: &mut R,
     read: &mut ReadBuffer,
     max: usize,
     idle: Duration,
     memory: &RequestMemory,
 ) -> Result<Option<(Bytes, Option<OwnedSemaphorePermit>)>, ConnectionError> {
-    // `peek` consumes nothing, so a frame that starts meanwhile is read whole
-    // below. (`readable` would not do: readiness stays set after a read that
-    // took exactly what it asked for.)
-    if !read.released() && tokio::time::timeout(IDLE_BUFFER_RELEASE, stream.peek(&mut [0u8; 1])).await.is_err() {
+    if !read.released() && tokio::time::timeout(IDLE_BUFFER_RELEASE, stream.ready()).await.is_err() {
         // Quiet for a while: an idle connection keeps no buffer.
         read.release();
     }
@@ -231,9 +287,6 @@ async fn read_frame(
         return Err(ConnectionError::FrameTooLarge { size: size as u32 as usize, max });
     }
     let size = size as usize;
-    if size < MIN_FRAME_BYTES {
-        return Err(ConnectionError::FrameTooShort(size));
-    }
     // A frame larger than what a connection keeps gets a buffer of its own:
     // kept, it would make every idle connection hold the largest frame it sent.
     let kept = size <= RETAINED_READ_BUFFER_BYTES;
@@ -319,16 +372,148 @@ async fn start_here(mut pending: PendingResponse) -> Result<Option<ResponseFrame
     }
 }
 
-async fn serve_connection(
+/// Sets a new connection up (TLS handshake, client certificate) and serves it.
+async fn accept_connection(
     stream: TcpStream,
+    peer: SocketAddr,
+    spec: Arc<ListenerSpec>,
     ctx: Arc<NodeContext>,
     memory: RequestMemory,
 ) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
-    let peer = stream.peer_addr().map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+    let mut session = Session { host: peer.ip(), listener: spec.name.clone(), principal: Arc::from(ANONYMOUS) };
+    let sasl = spec.protocol.uses_sasl().then(|| SaslExchange::new(spec.sasl.clone(), sasl_fake_key()));
+    let Some(tls) = &spec.tls else {
+        let (reader, writer) = stream.into_split();
+        return serve_connection(reader, WriteSide::Plain(writer), session, sasl, ctx, memory).await;
+    };
+    let accepted = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await;
+    let stream = match accepted {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => return Err(ConnectionError::Tls(e)),
+        Err(_) => return Err(ConnectionError::Tls(std::io::Error::other("no handshake within 10 s"))),
+    };
+    if let Some(subject) = stream.get_ref().1.peer_certificates().and_then(|c| c.first()).and_then(certificate_subject)
+    {
+        session.principal = Arc::from(format!("User:{subject}"));
+    }
+    let (reader, writer) = tokio::io::split(stream);
+    serve_connection(BufReader::new(reader), WriteSide::Tls(writer), session, sasl, ctx, memory).await
+}
+
+/// The per-process key that makes a SCRAM exchange for an unknown user look
+/// like one for a known user.
+fn sasl_fake_key() -> [u8; 32] {
+    static KEY: std::sync::OnceLock<[u8; 32]> = std::sync::OnceLock::new();
+    *KEY.get_or_init(rand::random)
+}
+
+/// Where a connection's SASL exchange stands, as the reader sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SaslFraming {
+    /// Kafka frames (SaslAuthenticate carries the tokens, or no exchange).
+    Requests,
+    /// After a v0 SaslHandshake: the next frames are bare SASL tokens,
+    /// answered with bare tokens, until the exchange is done.
+    BareTokens,
+}
+
+/// Handles a bare SASL token (after a v0 handshake): the server's token as a
+/// frame of its own, or `Err` to close the connection unanswered, as Kafka
+/// does when a v0 exchange fails.
+async fn sasl_bare_token(
+    ctx: &NodeContext,
+    token: &[u8],
+    sasl: &mut SaslExchange,
+    session: &mut Session,
+) -> Result<(ResponseFrame, bool), ConnectionError> {
+    let (response, outcome) = sasl.authenticate(token, &ctx.quorum.image());
+    let done = match outcome {
+        Outcome::Continue => false,
+        Outcome::Authenticated(user) => {
+            session.principal = Arc::from(format!("User:{user}"));
+            true
+        }
+        Outcome::Close { delay } => {
+            if delay {
+                let ms = ctx.settings.u64("connection.failed.authentication.delay.ms");
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            return Err(ConnectionError::AuthenticationFailed);
+        }
+    };
+    let mut frame = BytesMut::with_capacity(4 + response.auth_bytes.len());
+    frame.put_i32(response.auth_bytes.len() as i32);
+    frame.extend_from_slice(&response.auth_bytes);
+    Ok((ResponseFrame::from_bytes(frame.freeze()), done))
+}
+
+/// Answers a SaslHandshake or SaslAuthenticate request of `sasl`'s exchange
+/// (ILLEGAL_SASL_STATE on a listener without SASL, as Kafka answers).
+/// `Err` once the connection is to be closed after the answer.
+async fn sasl_step(
+    ctx: &NodeContext,
+    request: Request,
+    sasl: Option<&mut SaslExchange>,
+    session: &mut Session,
+) -> (Option<ResponseFrame>, Result<(), ConnectionError>) {
+    use kafka_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
+    use kafka_protocol::ResponseError;
+    let (api, version, correlation_id) =
+        (request.api, request.header.request_api_version, request.header.correlation_id);
+    let (response, outcome) = match (request.body, sasl) {
+        (RequestKind::SaslHandshake(r), Some(sasl)) => {
+            let (response, outcome) = sasl.handshake(r.mechanism.as_str());
+            (ResponseKind::SaslHandshake(response), outcome)
+        }
+        (RequestKind::SaslAuthenticate(r), Some(sasl)) => {
+            let (response, outcome) = sasl.authenticate(&r.auth_bytes, &ctx.quorum.image());
+            (ResponseKind::SaslAuthenticate(response), outcome)
+        }
+        (RequestKind::SaslHandshake(_), None) => (
+            ResponseKind::SaslHandshake(
+                SaslHandshakeResponse::default().with_error_code(ResponseError::IllegalSaslState.code()),
+            ),
+            Outcome::Close { delay: false },
+        ),
+        (_, _) => (
+            ResponseKind::SaslAuthenticate(
+                SaslAuthenticateResponse::default().with_error_code(ResponseError::IllegalSaslState.code()),
+            ),
+            Outcome::Close { delay: false },
+        ),
+    };
+    let result = match outcome {
+        Outcome::Continue => Ok(()),
+        Outcome::Authenticated(user) => {
+            tracing::debug!(%user, listener = %session.listener, "SASL authenticated");
+            session.principal = Arc::from(format!("User:{user}"));
+            Ok(())
+        }
+        Outcome::Close { delay } => {
+            if delay {
+                // Kafka's connection.failed.authentication.delay.ms: a client
+                // guessing passwords gets one guess per delay per connection.
+                let ms = ctx.settings.u64("connection.failed.authentication.delay.ms");
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            Err(ConnectionError::AuthenticationFailed)
+        }
+    };
+    let frame = encode_response(api, version, correlation_id, &response).ok().map(ResponseFrame::from_bytes);
+    (frame, result)
+}
+
+async fn serve_connection<R: FrameSource>(
+    mut reader: R,
+    writer: WriteSide,
+    mut session: Session,
+    mut sasl: Option<SaslExchange>,
+    ctx: Arc<NodeContext>,
+    memory: RequestMemory,
+) -> Result<(), ConnectionError> {
     let max = ctx.settings.u64("socket.request.max.bytes") as usize;
     let idle = Duration::from_millis(ctx.settings.u64("connections.max.idle.ms"));
-    let (mut reader, writer) = stream.into_split();
     let mut writer = FrameWriter::new(writer);
     let (tx, mut rx) = mpsc::channel::<oneshot::Receiver<Option<ResponseFrame>>>(MAX_IN_FLIGHT);
     let write_task = tokio::spawn(async move {
@@ -342,6 +527,7 @@ async fn serve_connection(
         writer.shutdown().await
     });
     let mut read_buf = ReadBuffer::default();
+    let mut framing = SaslFraming::Requests;
     let result = loop {
         let (frame, reserved) = match read_frame(&mut reader, &mut read_buf, max, idle, &memory).await {
             Ok(Some(f)) => f,
@@ -349,12 +535,48 @@ async fn serve_connection(
             Err(e) => break Err(e),
         };
         let (done_tx, done_rx) = oneshot::channel();
+        let mut closing = Ok(());
+        if let (SaslFraming::BareTokens, Some(exchange)) = (framing, sasl.as_mut()) {
+            match sasl_bare_token(&ctx, &frame, exchange, &mut session).await {
+                Ok((answer, done)) => {
+                    let _ = done_tx.send(Some(answer));
+                    if done {
+                        framing = SaslFraming::Requests;
+                    }
+                }
+                Err(e) => break Err(e),
+            }
+            if tx.send(done_rx).await.is_err() {
+                break Ok(());
+            }
+            continue;
+        }
+        if frame.len() < MIN_FRAME_BYTES {
+            break Err(ConnectionError::FrameTooShort(frame.len()));
+        }
         match decode_frame(frame) {
+            Ok(Frame::Request(request)) if matches!(request.api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) => {
+                // In the reader: the exchange changes what the next request may do.
+                let bare = request.api == ApiKey::SaslHandshake && request.header.request_api_version == 0;
+                let (answer, result) = sasl_step(&ctx, *request, sasl.as_mut(), &mut session).await;
+                let _ = done_tx.send(answer);
+                if bare && result.is_ok() && sasl.is_some() {
+                    framing = SaslFraming::BareTokens;
+                }
+                closing = result;
+            }
+            Ok(Frame::Request(request))
+                if sasl.as_ref().is_some_and(|s| !s.is_authenticated())
+                    && !BEFORE_AUTHENTICATION.contains(&request.api) =>
+            {
+                // Kafka closes such a connection without an answer.
+                break Err(ConnectionError::Unauthenticated(request.api));
+            }
             Ok(Frame::Request(request)) => {
                 // In the reader, so requests still reach their handlers in order.
                 ctx.data_plane_current().await;
                 let in_order = STARTED_IN_ORDER.contains(&request.api);
-                let pending = registry::dispatch(ctx.clone(), *request, peer);
+                let pending = registry::dispatch(ctx.clone(), *request, &session);
                 // The frame's bytes are handled: a produce's records are
                 // appended, and other requests are small.
                 drop(reserved);
@@ -378,6 +600,9 @@ async fn serve_connection(
         }
         if tx.send(done_rx).await.is_err() {
             break Ok(());
+        }
+        if let Err(e) = closing {
+            break Err(e);
         }
     };
     drop(tx);

@@ -19,9 +19,10 @@
 use std::sync::OnceLock;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncWriteExt, Interest, WriteHalf};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
 
 use crate::log::FileSlice;
 
@@ -173,9 +174,26 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
+/// A connection's sending side: a plain TCP socket, whose file ranges go
+/// out with `sendfile`, or a TLS stream, through which they are copied (the
+/// kernel cannot encrypt them on the way).
+pub enum WriteSide {
+    Plain(OwnedWriteHalf),
+    Tls(WriteHalf<TlsStream<TcpStream>>),
+}
+
+impl WriteSide {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Self::Plain(w) => w.write_all(bytes).await,
+            Self::Tls(w) => w.write_all(bytes).await,
+        }
+    }
+}
+
 /// Writes frames to one connection's socket.
 pub struct FrameWriter {
-    writer: OwnedWriteHalf,
+    writer: WriteSide,
     /// False once `sendfile` refused this connection's files (a file system
     /// without splice support): file ranges are then read and written.
     sendfile: bool,
@@ -184,8 +202,9 @@ pub struct FrameWriter {
 }
 
 impl FrameWriter {
-    pub fn new(writer: OwnedWriteHalf) -> Self {
-        Self { writer, sendfile: true, scratch: Vec::new() }
+    pub fn new(writer: WriteSide) -> Self {
+        let sendfile = matches!(writer, WriteSide::Plain(_));
+        Self { writer, sendfile, scratch: Vec::new() }
     }
 
     /// Writes the frame's pieces in order. (Corking the socket around them,
@@ -200,8 +219,8 @@ impl FrameWriter {
             match chunk {
                 Chunk::Bytes(b) => self.writer.write_all(b).await?,
                 Chunk::File(f) => {
-                    if self.sendfile {
-                        match send_file(self.writer.as_ref(), f).await {
+                    if let (true, WriteSide::Plain(plain)) = (self.sendfile, &self.writer) {
+                        match send_file(plain.as_ref(), f).await {
                             Ok(()) => continue,
                             Err(SendFileError::Unsupported(e)) => {
                                 tracing::debug!(error = %e, "sendfile refused; copying file ranges instead");
@@ -220,7 +239,10 @@ impl FrameWriter {
     }
 
     pub async fn shutdown(&mut self) -> std::io::Result<()> {
-        self.writer.shutdown().await
+        match &mut self.writer {
+            WriteSide::Plain(w) => w.shutdown().await,
+            WriteSide::Tls(w) => w.shutdown().await,
+        }
     }
 }
 
@@ -346,7 +368,7 @@ mod tests {
             got
         });
         let (_, write_half) = TcpStream::connect(addr).await.expect("connect").into_split();
-        let mut writer = FrameWriter::new(write_half);
+        let mut writer = FrameWriter::new(WriteSide::Plain(write_half));
         writer.write(&frame).await.expect("write");
         writer.shutdown().await.expect("shutdown");
         let got = reader.await.expect("reader");
@@ -364,7 +386,7 @@ mod tests {
         let accept = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
         let (_, write_half) = TcpStream::connect(addr).await.expect("connect").into_split();
         let _peer = accept.await.expect("accept task").expect("accept");
-        let mut writer = FrameWriter::new(write_half);
+        let mut writer = FrameWriter::new(WriteSide::Plain(write_half));
         assert!(writer.write(&frame).await.is_err());
     }
 }

@@ -49,6 +49,14 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::UnregisterBroker, 0, 0),
     (ApiKey::AddRaftVoter, 0, 0),
     (ApiKey::RemoveRaftVoter, 0, 0),
+    // After a v0 SaslHandshake the SASL tokens travel as bare frames, not in SaslAuthenticate.
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 pub fn supported(api: ApiKey) -> Option<VersionRange> {
@@ -79,6 +87,19 @@ pub fn api_versions_unsupported(correlation_id: i32) -> Option<ResponseFrame> {
 pub struct Client {
     pub host: IpAddr,
     pub id: Option<StrBytes>,
+    /// The Kafka listener the request came in on.
+    pub listener: Arc<str>,
+    /// Who sent it: `User:NAME` after SASL, `User:<certificate subject>`
+    /// for a TLS client certificate, else `User:ANONYMOUS`.
+    pub principal: Arc<str>,
+}
+
+/// What a connection knows about its client.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub host: IpAddr,
+    pub listener: Arc<str>,
+    pub principal: Arc<str>,
 }
 
 /// A response being worked out; `None` when no answer is due (acks=0).
@@ -87,13 +108,18 @@ pub type PendingResponse = Pin<Box<dyn Future<Output = Option<ResponseFrame>> + 
 /// Starts handling `request`. Produce appends happen right here, in the
 /// connection's request order; everything that waits (acks=all, long-poll
 /// fetches, controller round trips) runs in the returned future.
-pub fn dispatch(ctx: Arc<NodeContext>, request: Request, peer: IpAddr) -> PendingResponse {
+pub fn dispatch(ctx: Arc<NodeContext>, request: Request, session: &Session) -> PendingResponse {
     let (api, version, correlation_id) =
         (request.api, request.header.request_api_version, request.header.correlation_id);
-    let client = Client { host: peer, id: request.header.client_id.clone() };
+    let client = Client {
+        host: session.host,
+        id: request.header.client_id.clone(),
+        listener: session.listener.clone(),
+        principal: session.principal.clone(),
+    };
     match request.body {
         RequestKind::Produce(r) => {
-            let in_flight = handlers::produce::append(&ctx, r, version);
+            let in_flight = handlers::produce::append(&ctx, r, version, &client);
             Box::pin(async move {
                 let response = ResponseKind::Produce(in_flight.finish().await?);
                 encode(api, version, correlation_id, &response, RecordSlices::default())
@@ -132,32 +158,57 @@ async fn handle(
     client: Client,
 ) -> Option<ResponseFrame> {
     let mut records = RecordSlices::default();
+    if let Some(op) = handlers::denied::cluster_operation(api) {
+        if !ctx.authorize_cluster(&client, &ctx.quorum.image(), op) {
+            tracing::info!(?api, principal = %client.principal, host = %client.host, "cluster authorization failed");
+            let response = handlers::denied::refusal(body)?;
+            return encode(api, version, correlation_id, &response, records);
+        }
+    }
     let response = match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
-        RequestKind::Metadata(r) => ResponseKind::Metadata(handlers::metadata::handle(ctx, r, version).await),
-        RequestKind::FindCoordinator(r) => ResponseKind::FindCoordinator(handlers::groups::find(ctx, r, version).await),
+        RequestKind::Metadata(r) => ResponseKind::Metadata(handlers::metadata::handle(ctx, r, version, &client).await),
+        RequestKind::FindCoordinator(r) => {
+            ResponseKind::FindCoordinator(handlers::groups::find(ctx, r, version, &client).await)
+        }
         RequestKind::JoinGroup(r) => ResponseKind::JoinGroup(handlers::groups::join(ctx, r, version, &client).await),
-        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(handlers::groups::sync(ctx, r, version).await),
-        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(handlers::groups::heartbeat(ctx, r, version)),
-        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(handlers::groups::leave(ctx, r, version)),
-        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(handlers::groups::commit(ctx, r, version).await),
-        RequestKind::OffsetFetch(r) => ResponseKind::OffsetFetch(handlers::groups::fetch_offsets(ctx, r, version)),
-        RequestKind::ListGroups(r) => ResponseKind::ListGroups(handlers::groups::list(ctx, r, version)),
-        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(handlers::groups::describe(ctx, r, version)),
-        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(handlers::groups::delete(ctx, r).await),
-        RequestKind::OffsetDelete(r) => ResponseKind::OffsetDelete(handlers::groups::delete_offsets(ctx, r).await),
+        RequestKind::SyncGroup(r) => ResponseKind::SyncGroup(handlers::groups::sync(ctx, r, version, &client).await),
+        RequestKind::Heartbeat(r) => ResponseKind::Heartbeat(handlers::groups::heartbeat(ctx, r, version, &client)),
+        RequestKind::LeaveGroup(r) => ResponseKind::LeaveGroup(handlers::groups::leave(ctx, r, version, &client)),
+        RequestKind::OffsetCommit(r) => {
+            ResponseKind::OffsetCommit(handlers::groups::commit(ctx, r, version, &client).await)
+        }
+        RequestKind::OffsetFetch(r) => {
+            ResponseKind::OffsetFetch(handlers::groups::fetch_offsets(ctx, r, version, &client))
+        }
+        RequestKind::ListGroups(r) => ResponseKind::ListGroups(handlers::groups::list(ctx, r, version, &client)),
+        RequestKind::DescribeGroups(r) => {
+            ResponseKind::DescribeGroups(handlers::groups::describe(ctx, r, version, &client))
+        }
+        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(handlers::groups::delete(ctx, r, &client).await),
+        RequestKind::OffsetDelete(r) => {
+            ResponseKind::OffsetDelete(handlers::groups::delete_offsets(ctx, r, &client).await)
+        }
         RequestKind::Fetch(r) => {
-            let (response, slices) = handlers::fetch::handle(ctx, r, version).await;
+            let (response, slices) = handlers::fetch::handle(ctx, r, version, &client).await;
             records = slices;
             ResponseKind::Fetch(response)
         }
-        RequestKind::ListOffsets(r) => ResponseKind::ListOffsets(handlers::list_offsets::handle(ctx, r, version)),
-        RequestKind::OffsetForLeaderEpoch(r) => {
-            ResponseKind::OffsetForLeaderEpoch(handlers::list_offsets::leader_epoch(ctx, r))
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(handlers::list_offsets::handle(ctx, r, version, &client))
         }
-        RequestKind::CreateTopics(r) => ResponseKind::CreateTopics(handlers::topics::create(ctx, r, version).await),
-        RequestKind::DeleteTopics(r) => ResponseKind::DeleteTopics(handlers::topics::delete(ctx, r, version).await),
-        RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(handlers::topics::partitions(ctx, r).await),
+        RequestKind::OffsetForLeaderEpoch(r) => {
+            ResponseKind::OffsetForLeaderEpoch(handlers::list_offsets::leader_epoch(ctx, r, &client))
+        }
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(handlers::topics::create(ctx, r, version, &client).await)
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(handlers::topics::delete(ctx, r, version, &client).await)
+        }
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(handlers::topics::partitions(ctx, r, &client).await)
+        }
         RequestKind::AlterPartitionReassignments(r) => {
             ResponseKind::AlterPartitionReassignments(handlers::reassignments::alter(ctx, r, version).await)
         }
@@ -168,14 +219,25 @@ async fn handle(
         RequestKind::ListPartitionReassignments(r) => {
             ResponseKind::ListPartitionReassignments(handlers::reassignments::list(ctx, r))
         }
-        RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(handlers::configs::describe(ctx, r)),
-        RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(handlers::configs::alter(ctx, r).await),
+        RequestKind::DescribeConfigs(r) => ResponseKind::DescribeConfigs(handlers::configs::describe(ctx, r, &client)),
+        RequestKind::AlterConfigs(r) => ResponseKind::AlterConfigs(handlers::configs::alter(ctx, r, &client).await),
         RequestKind::IncrementalAlterConfigs(r) => {
-            ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(ctx, r).await)
+            ResponseKind::IncrementalAlterConfigs(handlers::configs::incremental_alter(ctx, r, &client).await)
         }
-        RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(handlers::cluster::describe(ctx, r, version)),
+        RequestKind::DescribeCluster(r) => {
+            ResponseKind::DescribeCluster(handlers::cluster::describe(ctx, r, version, &client))
+        }
+        RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(handlers::acls::create(ctx, r).await),
+        RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(handlers::acls::describe(ctx, r)),
+        RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(handlers::acls::delete(ctx, r).await),
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(handlers::users::describe(ctx, r))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            ResponseKind::AlterUserScramCredentials(handlers::users::alter(ctx, r).await)
+        }
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(handlers::cluster::init_producer_id(ctx, r).await)
+            ResponseKind::InitProducerId(handlers::cluster::init_producer_id(ctx, r, &client).await)
         }
         other => {
             tracing::warn!(?api, "no handler for a request the registry accepted: {other:?}");

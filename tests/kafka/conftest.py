@@ -25,8 +25,9 @@ import harness  # noqa: E402
 _CLUSTERS_OF_ITEM = {}
 
 
-def _start(tmp_path_factory, n, settings=(), voters=None, node_settings=None):
-    return harness.start(tmp_path_factory.mktemp("strom"), n, settings, voters, node_settings=node_settings)
+def _start(tmp_path_factory, n, settings=(), voters=None, node_settings=None, listeners=()):
+    return harness.start(tmp_path_factory.mktemp("strom"), n, settings, voters, node_settings=node_settings,
+                         listeners=listeners)
 
 
 @pytest.fixture
@@ -34,9 +35,10 @@ def make_cluster(tmp_path_factory, request):
     started = []
     _CLUSTERS_OF_ITEM.setdefault(request.node.nodeid, []).append(started)
 
-    def make(n=1, settings=(), voters=None, node_settings=None):
-        """node_settings: {node id: ("key=value", ...)} on top of settings."""
-        c = _start(tmp_path_factory, n, settings, voters, node_settings)
+    def make(n=1, settings=(), voters=None, node_settings=None, listeners=()):
+        """node_settings: {node id: ("key=value", ...)} on top of settings; listeners: extra
+        Kafka listener names (see harness.Cluster)."""
+        c = _start(tmp_path_factory, n, settings, voters, node_settings, listeners)
         started.append(c)
         return c
 

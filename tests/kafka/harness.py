@@ -92,9 +92,11 @@ def rss_bytes(pid):
 
 
 class Node:
-    def __init__(self, nid, kafka, admin, raft, data_dir, log, argv):
+    def __init__(self, nid, kafka, admin, raft, data_dir, log, argv, listeners=None):
         self.id = nid
         self.kafka = kafka  # "127.0.0.1:port"
+        # Every Kafka listener by name, PLAINTEXT (the `kafka` address) included.
+        self.listeners = dict(listeners or {"PLAINTEXT": kafka})
         self.admin = admin
         self.raft = raft
         self.data_dir = data_dir
@@ -127,14 +129,19 @@ class Node:
 class Cluster:
     """n nodes, the first `voters` of them quorum voters, all started at once."""
 
-    def __init__(self, directory, n=1, voters=None, settings=(), binary=None, rust_log=None, node_settings=None):
+    def __init__(self, directory, n=1, voters=None, settings=(), binary=None, rust_log=None, node_settings=None,
+                 listeners=()):
+        """listeners: extra Kafka listener names besides PLAINTEXT (the `kafka` address),
+        each mapped to the security protocol of the same name, on ports of their own."""
         self.dir = str(directory)
         self.rust_log = rust_log or os.environ.get("STROM_TEST_RUST_LOG", "info,openraft=off")
         self.binary = binary or strom_bin()
         if not os.access(self.binary, os.X_OK):
             raise RuntimeError(f"strom binary {self.binary} is missing (cargo build first, or set STROM_BIN)")
         voters = min(n, 3) if voters is None else voters
+        extra = tuple(listeners)
         ports = free_ports(3 * n)
+        extra_ports = free_ports(len(extra) * n) if extra else []
         raft = [f"127.0.0.1:{ports[3 * i + 2]}" for i in range(n)]
         quorum = ",".join(f"{i + 1}@{raft[i]}" for i in range(voters))
         self.nodes = {}
@@ -143,12 +150,18 @@ class Cluster:
             data_dir = os.path.join(self.dir, f"node-{nid}")
             kafka = f"127.0.0.1:{ports[3 * i]}"
             admin = f"127.0.0.1:{ports[3 * i + 1]}"
-            argv = [self.binary, "serve", "--node-id", str(nid), "--data-dir", data_dir, "--kafka", kafka,
-                    "--admin", admin, "--raft", raft[i], "--quorum", quorum]
+            named = {"PLAINTEXT": kafka}
+            named.update({name: f"127.0.0.1:{extra_ports[len(extra) * i + j]}" for j, name in enumerate(extra)})
+            argv = [self.binary, "serve", "--node-id", str(nid), "--data-dir", data_dir]
+            if extra:
+                argv += ["--set", "listeners=" + ",".join(f"{k}://{v}" for k, v in named.items())]
+            else:
+                argv += ["--kafka", kafka]
+            argv += ["--admin", admin, "--raft", raft[i], "--quorum", quorum]
             for s in tuple(settings) + tuple((node_settings or {}).get(nid, ())):
                 argv += ["--set", s]
             log = os.path.join(self.dir, f"node-{nid}.log")
-            self.nodes[nid] = Node(nid, kafka, admin, raft[i], data_dir, log, argv)
+            self.nodes[nid] = Node(nid, kafka, admin, raft[i], data_dir, log, argv, listeners=named)
         self.closed = False
         try:
             for nid in self.nodes:
@@ -301,12 +314,13 @@ class Cluster:
         return {p["partition"]: p["leader"] for p in t["partitions"]}
 
 
-def start(directory, n=1, settings=(), voters=None, timeout=60, binary=None, rust_log=None, node_settings=None):
+def start(directory, n=1, settings=(), voters=None, timeout=60, binary=None, rust_log=None, node_settings=None,
+          listeners=()):
     """A Cluster that is up: every node ready, one controller, n active brokers, and every
     Kafka listener answering ApiVersions. On failure everything is killed and the error
     carries the tail of each node's log."""
     c = Cluster(directory, n=n, voters=voters, settings=tuple(settings), binary=binary, rust_log=rust_log,
-                node_settings=node_settings)
+                node_settings=node_settings, listeners=listeners)
     try:
         c.wait_ready(timeout=timeout)
     except BaseException as e:

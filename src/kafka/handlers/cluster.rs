@@ -10,21 +10,30 @@ use strom_raft::BrokerState;
 
 use super::{split_addr, str_bytes};
 use crate::kafka::authorized_operations::{authorized_operations, Resource};
+use crate::kafka::registry::Client;
 use crate::node::NodeContext;
+use crate::security::acl::Operation;
 
-pub fn describe(ctx: &NodeContext, request: DescribeClusterRequest, version: i16) -> DescribeClusterResponse {
+pub fn describe(
+    ctx: &NodeContext,
+    request: DescribeClusterRequest,
+    version: i16,
+    client: &Client,
+) -> DescribeClusterResponse {
     let image = ctx.quorum.image();
     let brokers = image
         .brokers
         .values()
-        .map(|b| {
-            let (host, port) = split_addr(&b.kafka);
-            DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.broker_id))
-                .with_host(host)
-                .with_port(port)
-                .with_rack(b.rack.clone().map(str_bytes))
-                .with_is_fenced(version >= 1 && b.state == BrokerState::Fenced)
+        .filter_map(|b| {
+            let (host, port) = split_addr(b.advertised(&client.listener)?);
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.broker_id))
+                    .with_host(host)
+                    .with_port(port)
+                    .with_rack(b.rack.clone().map(str_bytes))
+                    .with_is_fenced(version >= 1 && b.state == BrokerState::Fenced),
+            )
         })
         .collect();
     DescribeClusterResponse::default()
@@ -34,15 +43,28 @@ pub fn describe(ctx: &NodeContext, request: DescribeClusterRequest, version: i16
         .with_cluster_authorized_operations(authorized_operations(
             Resource::Cluster,
             request.include_cluster_authorized_operations,
+            |op| ctx.authorize_cluster(client, &image, op),
         ))
 }
 
-pub async fn init_producer_id(ctx: &NodeContext, request: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn init_producer_id(
+    ctx: &NodeContext,
+    request: InitProducerIdRequest,
+    client: &Client,
+) -> InitProducerIdResponse {
     let base = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
     if request.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty()) {
         // Transactions are not implemented; idempotence is.
         return base.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
     }
+    // Kafka's rule: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
+    let image = ctx.quorum.image();
+    if !ctx.authorize_cluster(client, &image, Operation::IdempotentWrite)
+        && !ctx.authorizer.may_write_some_topic(&image, &client.principal, client.host)
+    {
+        return base.with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
+    drop(image);
     match ctx.producer_ids.next(ctx).await {
         Ok(id) => base.with_producer_id(ProducerId(id)).with_producer_epoch(0),
         Err(e) => {

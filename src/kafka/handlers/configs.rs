@@ -5,6 +5,8 @@
 //! writes Config records; `validate_only` runs the controller's pure
 //! validation here and writes nothing.
 
+use crate::kafka::registry::Client;
+use crate::security::acl::{Operation, ResourceType};
 use std::collections::BTreeMap;
 
 use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
@@ -133,7 +135,27 @@ fn unknown_topic(name: &str) -> ApiError {
     ApiError::new(ErrorCode::UnknownTopicOrPartition, format!("topic `{name}` does not exist"))
 }
 
-pub fn describe(ctx: &NodeContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse {
+/// Kafka's checks: DESCRIBE_CONFIGS or ALTER_CONFIGS on the topic, or on the
+/// cluster for broker resources.
+fn config_access(
+    ctx: &NodeContext,
+    client: &Client,
+    image: &MetadataImage,
+    resource_type: i8,
+    name: &str,
+    op: Operation,
+) -> Result<(), ApiError> {
+    let (allowed, code) = match resource_type {
+        TOPIC => (ctx.authorize(client, image, op, ResourceType::Topic, name), ErrorCode::TopicAuthorizationFailed),
+        _ => (ctx.authorize_cluster(client, image, op), ErrorCode::ClusterAuthorizationFailed),
+    };
+    match allowed {
+        true => Ok(()),
+        false => Err(ApiError::new(code, format!("Authorization failed: {} is needed", op.name().to_uppercase()))),
+    }
+}
+
+pub fn describe(ctx: &NodeContext, request: DescribeConfigsRequest, client: &Client) -> DescribeConfigsResponse {
     let image = ctx.quorum.image();
     let documentation = request.include_documentation;
     let results = request
@@ -144,7 +166,9 @@ pub fn describe(ctx: &NodeContext, request: DescribeConfigsRequest) -> DescribeC
                 .with_resource_type(r.resource_type)
                 .with_resource_name(r.resource_name.clone());
             let name = r.resource_name.as_str();
+            let access = config_access(ctx, client, &image, r.resource_type, name, Operation::DescribeConfigs);
             let described = match r.resource_type {
+                _ if access.is_err() => access.map(|()| Vec::new()),
                 TOPIC => describe_topic(ctx, &image, name),
                 BROKER => describe_broker(ctx, &image, name),
                 other => Err(ApiError::new(
@@ -211,7 +235,7 @@ fn current_configs(image: &MetadataImage, resource_type: i8, name: &str) -> BTre
     }
 }
 
-pub async fn alter(ctx: &NodeContext, request: AlterConfigsRequest) -> AlterConfigsResponse {
+pub async fn alter(ctx: &NodeContext, request: AlterConfigsRequest, client: &Client) -> AlterConfigsResponse {
     let mut responses = Vec::new();
     for r in request.resources {
         // AlterConfigs replaces the whole set: keys not given are reset.
@@ -221,8 +245,11 @@ pub async fn alter(ctx: &NodeContext, request: AlterConfigsRequest) -> AlterConf
         for c in &r.configs {
             changes.insert(c.name.to_string(), c.value.as_ref().map(|v| v.to_string()));
         }
-        let outcome =
-            alter_resource(ctx, r.resource_type, r.resource_name.as_str(), changes, request.validate_only).await;
+        let name = r.resource_name.as_str();
+        let outcome = match config_access(ctx, client, &image, r.resource_type, name, Operation::AlterConfigs) {
+            Ok(()) => alter_resource(ctx, r.resource_type, name, changes, request.validate_only).await,
+            Err(e) => Err(e),
+        };
         let mut out = alter_configs_response::AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name);
@@ -296,12 +323,14 @@ fn incremental_changes(
 pub async fn incremental_alter(
     ctx: &NodeContext,
     request: IncrementalAlterConfigsRequest,
+    client: &Client,
 ) -> IncrementalAlterConfigsResponse {
     let mut responses = Vec::new();
     for r in request.resources {
         let image = ctx.quorum.image();
         let name = r.resource_name.as_str();
-        let outcome = match incremental_changes(ctx, &image, r.resource_type, name, &r.configs) {
+        let access = config_access(ctx, client, &image, r.resource_type, name, Operation::AlterConfigs);
+        let outcome = match access.and_then(|()| incremental_changes(ctx, &image, r.resource_type, name, &r.configs)) {
             Ok(changes) => alter_resource(ctx, r.resource_type, name, changes, request.validate_only).await,
             Err(e) => Err(e),
         };

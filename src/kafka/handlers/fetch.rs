@@ -12,13 +12,16 @@ use bytes::Bytes;
 use futures_util::future::select_all;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::ResponseError;
 
 use super::{missing_partition_code, partition_error_code};
 use crate::clock::mono_ms;
 use crate::kafka::frame::RecordSlices;
+use crate::kafka::registry::Client;
 use crate::log::LogError;
 use crate::node::NodeContext;
 use crate::replication::PartitionError;
+use crate::security::acl::{Operation, ResourceType};
 
 /// Longest long-poll, whatever the client asks.
 const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
@@ -41,6 +44,7 @@ fn read_all(
     ctx: &NodeContext,
     request: &FetchRequest,
     replica: Option<i32>,
+    readable: &[bool],
 ) -> (Vec<FetchableTopicResponse>, RecordSlices, usize) {
     let mut slices = RecordSlices::default();
     let mut budget = request.max_bytes.max(0) as usize;
@@ -49,12 +53,16 @@ fn read_all(
     let topics = request
         .topics
         .iter()
-        .map(|topic| {
+        .zip(readable)
+        .map(|(topic, &readable)| {
             let name = topic.topic.0.as_str();
             let partitions = topic
                 .partitions
                 .iter()
                 .map(|fp| {
+                    if !readable {
+                        return empty(fp.partition, ResponseError::TopicAuthorizationFailed.code());
+                    }
                     let Some(partition) = ctx.replicas.get(name, fp.partition) else {
                         return empty(fp.partition, missing_partition_code(&image, name, fp.partition));
                     };
@@ -118,8 +126,24 @@ fn read_all(
 }
 
 /// The answer, and the file ranges its records fields stand for.
-pub async fn handle(ctx: &NodeContext, request: FetchRequest, version: i16) -> (FetchResponse, RecordSlices) {
+pub async fn handle(
+    ctx: &NodeContext,
+    request: FetchRequest,
+    version: i16,
+    client: &Client,
+) -> (FetchResponse, RecordSlices) {
     let replica = [request.replica_id.0, request.replica_state.replica_id.0].into_iter().find(|id| *id >= 0);
+    // A follower needs CLUSTER_ACTION on the cluster; a consumer READ on each topic.
+    let image = ctx.quorum.image();
+    let readable: Vec<bool> = match replica {
+        Some(_) => vec![ctx.authorize_cluster(client, &image, Operation::ClusterAction); request.topics.len()],
+        None => request
+            .topics
+            .iter()
+            .map(|t| ctx.authorize(client, &image, Operation::Read, ResourceType::Topic, t.topic.0.as_str()))
+            .collect(),
+    };
+    drop(image);
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let min_bytes = request.min_bytes.max(0) as usize;
     loop {
@@ -132,7 +156,7 @@ pub async fn handle(ctx: &NodeContext, request: FetchRequest, version: i16) -> (
             .map(|p| if replica.is_some() { p.subscribe_log_end() } else { p.subscribe() })
             .collect();
         let mut roles = ctx.replicas.subscribe();
-        let (mut topics, slices, bytes) = read_all(ctx, &request, replica);
+        let (mut topics, slices, bytes) = read_all(ctx, &request, replica, &readable);
         if version < 5 {
             // The log start offset is not in responses before v5.
             topics.iter_mut().flat_map(|t| t.partitions.iter_mut()).for_each(|p| p.log_start_offset = -1);

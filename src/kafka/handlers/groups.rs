@@ -29,6 +29,7 @@ use crate::group::{CommitAuth, JoinRequest, OffsetCommit, SyncRequest, OFFSETS_T
 use crate::kafka::authorized_operations::{authorized_operations, Resource};
 use crate::kafka::registry::Client;
 use crate::node::NodeContext;
+use crate::security::acl::{Operation, ResourceType};
 
 fn code(e: Option<ResponseError>) -> i16 {
     e.map_or(0, |e| e.code())
@@ -75,7 +76,13 @@ async fn ensure_offsets_topic(ctx: &NodeContext) {
 }
 
 /// (node id, host, port) of the coordinator of `key`, or the error.
-async fn coordinator_of(ctx: &NodeContext, key: &str, key_type: i8) -> Result<(i32, StrBytes, i32), ResponseError> {
+/// as advertised on `listener`.
+async fn coordinator_of(
+    ctx: &NodeContext,
+    key: &str,
+    key_type: i8,
+    listener: &str,
+) -> Result<(i32, StrBytes, i32), ResponseError> {
     if key_type != 0 {
         // Transactions have no coordinator in Strom.
         return Err(ResponseError::CoordinatorNotAvailable);
@@ -93,23 +100,44 @@ async fn coordinator_of(ctx: &NodeContext, key: &str, key_type: i8) -> Result<(i
     let leader =
         topic.partitions.get(&partition).and_then(|p| p.leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
     let broker = image.brokers.get(&leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
-    let (host, port) = split_addr(&broker.kafka);
+    let (host, port) = split_addr(broker.advertised(listener).ok_or(ResponseError::CoordinatorNotAvailable)?);
     Ok((leader, host, port))
 }
 
-pub async fn find(ctx: &NodeContext, request: FindCoordinatorRequest, version: i16) -> FindCoordinatorResponse {
+/// FindCoordinator needs DESCRIBE on the group (key type 0).
+fn described(ctx: &NodeContext, client: &Client, key_type: i8, key: &str) -> Result<(), ResponseError> {
+    match key_type == 0 && !group_allowed(ctx, client, Operation::Describe, key) {
+        true => Err(ResponseError::GroupAuthorizationFailed),
+        false => Ok(()),
+    }
+}
+
+pub async fn find(
+    ctx: &NodeContext,
+    request: FindCoordinatorRequest,
+    version: i16,
+    client: &Client,
+) -> FindCoordinatorResponse {
     let mut r = FindCoordinatorResponse::default();
     if version >= 4 {
         for key in request.coordinator_keys {
             let c = Coordinator::default().with_key(key.clone());
-            r.coordinators.push(match coordinator_of(ctx, key.as_str(), request.key_type).await {
+            let found = match described(ctx, client, request.key_type, key.as_str()) {
+                Ok(()) => coordinator_of(ctx, key.as_str(), request.key_type, &client.listener).await,
+                Err(e) => Err(e),
+            };
+            r.coordinators.push(match found {
                 Ok((node, host, port)) => c.with_node_id(BrokerId(node)).with_host(host).with_port(port),
                 Err(e) => c.with_node_id(BrokerId(-1)).with_port(-1).with_error_code(e.code()),
             });
         }
         return r;
     }
-    match coordinator_of(ctx, request.key.as_str(), request.key_type).await {
+    let found = match described(ctx, client, request.key_type, request.key.as_str()) {
+        Ok(()) => coordinator_of(ctx, request.key.as_str(), request.key_type, &client.listener).await,
+        Err(e) => Err(e),
+    };
+    match found {
         Ok((node, host, port)) => {
             r.node_id = BrokerId(node);
             r.host = host;
@@ -140,6 +168,16 @@ fn coordinating(ctx: &NodeContext) -> Result<(), ResponseError> {
     Ok(())
 }
 
+/// Whether `client` may do `op` on group `group`.
+fn group_allowed(ctx: &NodeContext, client: &Client, op: Operation, group: &str) -> bool {
+    ctx.authorize(client, &ctx.quorum.image(), op, ResourceType::Group, group)
+}
+
+/// Whether `client` may do `op` on topic `topic`.
+fn topic_allowed(ctx: &NodeContext, client: &Client, op: Operation, topic: &str) -> bool {
+    ctx.authorize(client, &ctx.quorum.image(), op, ResourceType::Topic, topic)
+}
+
 fn partition_of(ctx: &NodeContext, group: &str) -> i32 {
     ctx.groups.partition_of(&ctx.quorum.image(), group)
 }
@@ -152,6 +190,9 @@ pub async fn join(ctx: &NodeContext, r: JoinGroupRequest, version: i16, client: 
     }
     if group.is_empty() {
         return response.with_error_code(ResponseError::InvalidGroupId.code());
+    }
+    if !group_allowed(ctx, client, Operation::Read, &group) {
+        return response.with_error_code(ResponseError::GroupAuthorizationFailed.code());
     }
     // Every member's metadata is stored in one record of __consumer_offsets:
     // a member whose metadata alone could never fit is refused here.
@@ -202,10 +243,13 @@ pub async fn join(ctx: &NodeContext, r: JoinGroupRequest, version: i16, client: 
     response
 }
 
-pub async fn sync(ctx: &NodeContext, r: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+pub async fn sync(ctx: &NodeContext, r: SyncGroupRequest, version: i16, client: &Client) -> SyncGroupResponse {
     let group = r.group_id.0.to_string();
     if group.is_empty() {
         return SyncGroupResponse::default().with_error_code(ResponseError::InvalidGroupId.code());
+    }
+    if !group_allowed(ctx, client, Operation::Read, &group) {
+        return SyncGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
     }
     let instance = if version >= 3 { opt_str(&r.group_instance_id) } else { None };
     let (ptype, pname) =
@@ -236,11 +280,13 @@ pub async fn sync(ctx: &NodeContext, r: SyncGroupRequest, version: i16) -> SyncG
     response
 }
 
-pub fn heartbeat(ctx: &NodeContext, r: HeartbeatRequest, version: i16) -> HeartbeatResponse {
+pub fn heartbeat(ctx: &NodeContext, r: HeartbeatRequest, version: i16, client: &Client) -> HeartbeatResponse {
     let group = r.group_id.0.to_string();
     let instance = if version >= 3 { opt_str(&r.group_instance_id) } else { None };
     let result = if group.is_empty() {
         Err(ResponseError::InvalidGroupId)
+    } else if !group_allowed(ctx, client, Operation::Read, &group) {
+        Err(ResponseError::GroupAuthorizationFailed)
     } else {
         coordinating(ctx).and_then(|()| {
             ctx.groups.heartbeat(partition_of(ctx, &group), &group, r.member_id.as_str(), instance, r.generation_id)
@@ -249,8 +295,11 @@ pub fn heartbeat(ctx: &NodeContext, r: HeartbeatRequest, version: i16) -> Heartb
     HeartbeatResponse::default().with_error_code(code(result.err()))
 }
 
-pub fn leave(ctx: &NodeContext, r: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub fn leave(ctx: &NodeContext, r: LeaveGroupRequest, version: i16, client: &Client) -> LeaveGroupResponse {
     let group = r.group_id.0.to_string();
+    if !group_allowed(ctx, client, Operation::Read, &group) {
+        return LeaveGroupResponse::default().with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
     let members: Vec<(String, Option<String>)> = if version >= 3 {
         r.members.iter().map(|m| (m.member_id.to_string(), opt_str(&m.group_instance_id).map(str::to_string))).collect()
     } else {
@@ -276,9 +325,11 @@ pub fn leave(ctx: &NodeContext, r: LeaveGroupRequest, version: i16) -> LeaveGrou
     response
 }
 
-pub async fn commit(ctx: &NodeContext, r: OffsetCommitRequest, version: i16) -> OffsetCommitResponse {
+pub async fn commit(ctx: &NodeContext, r: OffsetCommitRequest, version: i16, client: &Client) -> OffsetCommitResponse {
     let group = r.group_id.0.to_string();
     let image = ctx.quorum.image();
+    // READ on the group, then on each topic (Kafka's checks and codes).
+    let group_denied = !group.is_empty() && !group_allowed(ctx, client, Operation::Read, &group);
     // Commits for partitions that do not exist are refused one by one.
     let mut commits = Vec::new();
     let mut slots = Vec::new();
@@ -286,10 +337,15 @@ pub async fn commit(ctx: &NodeContext, r: OffsetCommitRequest, version: i16) -> 
     for (t, topic) in r.topics.iter().enumerate() {
         let name = topic.name.0.to_string();
         let known = image.topics.get(&name);
+        let readable = topic_allowed(ctx, client, Operation::Read, &name);
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for (p, part) in topic.partitions.iter().enumerate() {
             let mut response = OffsetCommitResponsePartition::default().with_partition_index(part.partition_index);
-            if !known.is_some_and(|k| k.partitions.contains_key(&part.partition_index)) {
+            if group_denied {
+                response.error_code = ResponseError::GroupAuthorizationFailed.code();
+            } else if !readable {
+                response.error_code = ResponseError::TopicAuthorizationFailed.code();
+            } else if !known.is_some_and(|k| k.partitions.contains_key(&part.partition_index)) {
                 response.error_code = ResponseError::UnknownTopicOrPartition.code();
             } else {
                 slots.push((t, p));
@@ -339,28 +395,46 @@ pub async fn commit(ctx: &NodeContext, r: OffsetCommitRequest, version: i16) -> 
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-/// One partition's committed offset: (partition, offset, leader epoch, metadata);
-/// -1 offsets when nothing is committed (no error: Kafka's answer).
-type FetchedPartition = (i32, i64, i32, String);
+/// One partition's committed offset: (partition, offset, leader epoch,
+/// metadata, error code); -1 offsets when nothing is committed (no error:
+/// Kafka's answer), or for a topic the client may not describe
+/// (TOPIC_AUTHORIZATION_FAILED).
+type FetchedPartition = (i32, i64, i32, String, i16);
 /// One group's committed offsets by topic.
 type FetchedTopics = Vec<(StrBytes, Vec<FetchedPartition>)>;
 
 fn fetch_group(
     ctx: &NodeContext,
+    client: &Client,
     group: &str,
     topics: Option<Vec<(StrBytes, Vec<i32>)>>,
 ) -> Result<FetchedTopics, ResponseError> {
     coordinating(ctx)?;
-    let wanted: Option<Vec<(String, i32)>> =
-        topics.as_ref().map(|ts| ts.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p))).collect());
+    if !group_allowed(ctx, client, Operation::Describe, group) {
+        return Err(ResponseError::GroupAuthorizationFailed);
+    }
+    let describable = |t: &str| topic_allowed(ctx, client, Operation::Describe, t);
+    let wanted: Option<Vec<(String, i32)>> = topics.as_ref().map(|ts| {
+        ts.iter()
+            .filter(|(t, _)| describable(t))
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (t.to_string(), *p)))
+            .collect()
+    });
     let found = ctx.groups.fetch_offsets(partition_of(ctx, group), group, wanted.as_deref())?;
     let mut by_topic: BTreeMap<String, Vec<FetchedPartition>> = BTreeMap::new();
     for ((t, p), c) in found {
+        if topics.is_none() && !describable(&t) {
+            continue;
+        }
         let row = match c {
-            Some(c) => (p, c.offset, c.leader_epoch, c.metadata),
-            None => (p, -1, -1, String::new()),
+            Some(c) => (p, c.offset, c.leader_epoch, c.metadata, 0),
+            None => (p, -1, -1, String::new(), 0),
         };
         by_topic.entry(t).or_default().push(row);
+    }
+    for (t, ps) in topics.iter().flatten().filter(|(t, _)| !describable(t)) {
+        let denied = ResponseError::TopicAuthorizationFailed.code();
+        by_topic.insert(t.to_string(), ps.iter().map(|p| (*p, -1, -1, String::new(), denied)).collect());
     }
     // Keep the request's topic order when it named topics.
     let order: Vec<String> = match &topics {
@@ -378,13 +452,13 @@ fn fetch_group(
         .collect())
 }
 
-pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16, client: &Client) -> OffsetFetchResponse {
     let mut response = OffsetFetchResponse::default();
     if version >= 8 {
         for g in r.groups {
             let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0, t.partition_indexes)).collect());
             let mut out = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            match fetch_group(ctx, g.group_id.as_str(), topics) {
+            match fetch_group(ctx, client, g.group_id.as_str(), topics) {
                 Ok(rows) => {
                     out.topics = rows
                         .into_iter()
@@ -392,12 +466,13 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16) -> 
                             OffsetFetchResponseTopics::default().with_name(TopicName(name)).with_partitions(
                                 parts
                                     .into_iter()
-                                    .map(|(p, o, e, m)| {
+                                    .map(|(p, o, e, m, error)| {
                                         OffsetFetchResponsePartitions::default()
                                             .with_partition_index(p)
                                             .with_committed_offset(o)
                                             .with_committed_leader_epoch(e)
                                             .with_metadata(Some(str_bytes(m)))
+                                            .with_error_code(error)
                                     })
                                     .collect(),
                             )
@@ -412,7 +487,7 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16) -> 
     }
     let topics = r.topics.map(|ts| ts.into_iter().map(|t| (t.name.0, t.partition_indexes)).collect::<Vec<_>>());
     let requested = topics.clone();
-    match fetch_group(ctx, r.group_id.as_str(), topics) {
+    match fetch_group(ctx, client, r.group_id.as_str(), topics) {
         Ok(rows) => {
             response.topics = rows
                 .into_iter()
@@ -420,11 +495,12 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16) -> 
                     OffsetFetchResponseTopic::default().with_name(TopicName(name)).with_partitions(
                         parts
                             .into_iter()
-                            .map(|(p, o, e, m)| {
+                            .map(|(p, o, e, m, error)| {
                                 let mut part = OffsetFetchResponsePartition::default()
                                     .with_partition_index(p)
                                     .with_committed_offset(o)
-                                    .with_metadata(Some(str_bytes(m)));
+                                    .with_metadata(Some(str_bytes(m)))
+                                    .with_error_code(error);
                                 if version >= 5 {
                                     part.committed_leader_epoch = e;
                                 }
@@ -460,8 +536,10 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16) -> 
     response
 }
 
-pub fn list(ctx: &NodeContext, r: ListGroupsRequest, version: i16) -> ListGroupsResponse {
+pub fn list(ctx: &NodeContext, r: ListGroupsRequest, version: i16, client: &Client) -> ListGroupsResponse {
     let mut response = ListGroupsResponse::default();
+    // DESCRIBE on the cluster lists every group; else the groups one may describe.
+    let all = ctx.authorize_cluster(client, &ctx.quorum.image(), Operation::Describe);
     match ctx.groups.list() {
         Err(e) => response.error_code = e.code(),
         Ok(groups) => {
@@ -469,6 +547,7 @@ pub fn list(ctx: &NodeContext, r: ListGroupsRequest, version: i16) -> ListGroups
             response.groups = groups
                 .into_iter()
                 .filter(|g| version < 4 || states.is_empty() || states.contains(&g.state.name().to_lowercase()))
+                .filter(|g| all || group_allowed(ctx, client, Operation::Describe, &g.group_id))
                 .map(|g| {
                     let mut listed = ListedGroup::default()
                         .with_group_id(GroupId(str_bytes(g.group_id)))
@@ -484,13 +563,21 @@ pub fn list(ctx: &NodeContext, r: ListGroupsRequest, version: i16) -> ListGroups
     response
 }
 
-pub fn describe(ctx: &NodeContext, r: DescribeGroupsRequest, version: i16) -> DescribeGroupsResponse {
-    let operations = authorized_operations(Resource::Group, version >= 3 && r.include_authorized_operations);
+pub fn describe(ctx: &NodeContext, r: DescribeGroupsRequest, version: i16, client: &Client) -> DescribeGroupsResponse {
+    let image = ctx.quorum.image();
     let groups = r
         .groups
         .into_iter()
         .map(|id| {
+            let operations =
+                authorized_operations(Resource::Group, version >= 3 && r.include_authorized_operations, |op| {
+                    ctx.authorize(client, &image, op, ResourceType::Group, id.as_str())
+                });
             let mut out = DescribedGroup::default().with_group_id(id.clone()).with_authorized_operations(operations);
+            if !group_allowed(ctx, client, Operation::Describe, id.as_str()) {
+                out.error_code = ResponseError::GroupAuthorizationFailed.code();
+                return out;
+            }
             match ctx.groups.describe(partition_of(ctx, id.as_str()), id.as_str()) {
                 Err(e) => out.error_code = e.code(),
                 // Kafka describes an unknown group as Dead, without an error.
@@ -523,23 +610,33 @@ pub fn describe(ctx: &NodeContext, r: DescribeGroupsRequest, version: i16) -> De
     DescribeGroupsResponse::default().with_groups(groups)
 }
 
-pub async fn delete(ctx: &NodeContext, r: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn delete(ctx: &NodeContext, r: DeleteGroupsRequest, client: &Client) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(r.groups_names.len());
     for id in r.groups_names {
-        let result = ctx.groups.delete_group(partition_of(ctx, id.as_str()), id.as_str()).await;
+        let result = match group_allowed(ctx, client, Operation::Delete, id.as_str()) {
+            true => ctx.groups.delete_group(partition_of(ctx, id.as_str()), id.as_str()).await,
+            false => Err(ResponseError::GroupAuthorizationFailed),
+        };
         results.push(DeletableGroupResult::default().with_group_id(id).with_error_code(code(result.err())));
     }
     DeleteGroupsResponse::default().with_results(results)
 }
 
-pub async fn delete_offsets(ctx: &NodeContext, r: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub async fn delete_offsets(ctx: &NodeContext, r: OffsetDeleteRequest, client: &Client) -> OffsetDeleteResponse {
     let group = r.group_id.0.to_string();
+    let mut response = OffsetDeleteResponse::default();
+    if !group_allowed(ctx, client, Operation::Delete, &group) {
+        return response.with_error_code(ResponseError::GroupAuthorizationFailed.code());
+    }
+    // Offsets of topics the client may not read are not deleted.
+    let readable: Vec<bool> = r.topics.iter().map(|t| topic_allowed(ctx, client, Operation::Read, &t.name.0)).collect();
     let partitions: Vec<(String, i32)> = r
         .topics
         .iter()
-        .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), p.partition_index)))
+        .zip(&readable)
+        .filter(|(_, readable)| **readable)
+        .flat_map(|(t, _)| t.partitions.iter().map(move |p| (t.name.0.to_string(), p.partition_index)))
         .collect();
-    let mut response = OffsetDeleteResponse::default();
     match ctx.groups.delete_offsets(partition_of(ctx, &group), &group, &partitions).await {
         Err(e) => response.error_code = e.code(),
         Ok(errors) => {
@@ -547,14 +644,19 @@ pub async fn delete_offsets(ctx: &NodeContext, r: OffsetDeleteRequest) -> Offset
             response.topics = r
                 .topics
                 .into_iter()
-                .map(|t| {
+                .zip(readable)
+                .map(|(t, readable)| {
                     let parts = t
                         .partitions
                         .into_iter()
                         .map(|p| {
+                            let error = match readable {
+                                true => code(errors.next().flatten()),
+                                false => ResponseError::TopicAuthorizationFailed.code(),
+                            };
                             OffsetDeleteResponsePartition::default()
                                 .with_partition_index(p.partition_index)
-                                .with_error_code(code(errors.next().flatten()))
+                                .with_error_code(error)
                         })
                         .collect();
                     OffsetDeleteResponseTopic::default().with_name(t.name).with_partitions(parts)

@@ -7,15 +7,21 @@ use kafka_protocol::messages::{
     ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
 };
 
-use super::{missing_partition_code, partition_error_code};
-use crate::node::NodeContext;
+use kafka_protocol::ResponseError;
 
-pub fn handle(ctx: &NodeContext, request: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+use super::{missing_partition_code, partition_error_code};
+use crate::kafka::registry::Client;
+use crate::node::NodeContext;
+use crate::security::acl::{Operation, ResourceType};
+
+pub fn handle(ctx: &NodeContext, request: ListOffsetsRequest, version: i16, client: &Client) -> ListOffsetsResponse {
+    let image = ctx.quorum.image();
     let topics = request
         .topics
         .into_iter()
         .map(|topic| {
             let name = topic.name.0.to_string();
+            let describable = ctx.authorize(client, &image, Operation::Describe, ResourceType::Topic, &name);
             let partitions = topic
                 .partitions
                 .iter()
@@ -25,6 +31,9 @@ pub fn handle(ctx: &NodeContext, request: ListOffsetsRequest, version: i16) -> L
                         .with_timestamp(-1)
                         .with_offset(-1)
                         .with_leader_epoch(-1);
+                    if !describable {
+                        return base.with_error_code(ResponseError::TopicAuthorizationFailed.code());
+                    }
                     let Some(partition) = ctx.replicas.get(&name, p.partition_index) else {
                         return base.with_error_code(missing_partition_code(
                             &ctx.quorum.image(),
@@ -47,18 +56,37 @@ pub fn handle(ctx: &NodeContext, request: ListOffsetsRequest, version: i16) -> L
     ListOffsetsResponse::default().with_topics(topics)
 }
 
-pub fn leader_epoch(ctx: &NodeContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse {
+pub fn leader_epoch(
+    ctx: &NodeContext,
+    request: OffsetForLeaderEpochRequest,
+    client: &Client,
+) -> OffsetForLeaderEpochResponse {
+    let image = ctx.quorum.image();
+    // A follower needs CLUSTER_ACTION; a consumer (replica id -1) DESCRIBE on the topic.
+    let follower = request.replica_id.0 >= 0;
+    let cluster_action = follower && ctx.authorize_cluster(client, &image, Operation::ClusterAction);
     let topics = request
         .topics
         .into_iter()
         .map(|topic| {
             let name = topic.topic.0.to_string();
+            let allowed = match follower {
+                true => cluster_action,
+                false => ctx.authorize(client, &image, Operation::Describe, ResourceType::Topic, &name),
+            };
             let partitions = topic
                 .partitions
                 .iter()
                 .map(|p| {
                     let base =
                         EpochEndOffset::default().with_partition(p.partition).with_leader_epoch(-1).with_end_offset(-1);
+                    if !allowed {
+                        let code = match follower {
+                            true => ResponseError::ClusterAuthorizationFailed.code(),
+                            false => ResponseError::TopicAuthorizationFailed.code(),
+                        };
+                        return base.with_error_code(code);
+                    }
                     let Some(partition) = ctx.replicas.get(&name, p.partition) else {
                         return base.with_error_code(missing_partition_code(&ctx.quorum.image(), &name, p.partition));
                     };

@@ -16,7 +16,9 @@ use crate::controller::protocol::ControllerRequest;
 use crate::controller::topics::validate_topic_name;
 use crate::error::ErrorCode;
 use crate::kafka::authorized_operations::{authorized_operations, Resource};
+use crate::kafka::registry::Client;
 use crate::node::NodeContext;
+use crate::security::acl::{Operation, ResourceType};
 
 /// Creates missing topics with the broker defaults (Kafka's auto-create).
 pub async fn auto_create(ctx: &NodeContext, names: &[String]) {
@@ -79,7 +81,7 @@ fn topic_entry(image: &MetadataImage, name: &str, version: i16, operations: i32)
     t
 }
 
-pub async fn handle(ctx: &NodeContext, request: MetadataRequest, version: i16) -> MetadataResponse {
+pub async fn handle(ctx: &NodeContext, request: MetadataRequest, version: i16, client: &Client) -> MetadataResponse {
     // Topics named, or (v10+) given by id alone; unknown ids are answered
     // apart, with UNKNOWN_TOPIC_ID.
     let mut unknown_ids = Vec::new();
@@ -103,22 +105,37 @@ pub async fn handle(ctx: &NodeContext, request: MetadataRequest, version: i16) -
     let allow_auto = version < 4 || request.allow_auto_topic_creation;
     if let Some(names) = &requested {
         if allow_auto && ctx.settings.bool("auto.create.topics.enable") {
-            auto_create(ctx, names).await;
+            // Kafka's rule: auto-creation needs CREATE on the cluster or the topic.
+            let image = ctx.quorum.image();
+            let creatable: Vec<String> = names
+                .iter()
+                .filter(|n| {
+                    ctx.authorize_cluster(client, &image, Operation::Create)
+                        || ctx.authorize(client, &image, Operation::Create, ResourceType::Topic, n)
+                })
+                .cloned()
+                .collect();
+            drop(image);
+            auto_create(ctx, &creatable).await;
         }
     }
     let image = ctx.quorum.image();
+    let describable = |name: &str| ctx.authorize(client, &image, Operation::Describe, ResourceType::Topic, name);
     let mut response = MetadataResponse::default();
     response.brokers = image
         .brokers
         .values()
         .filter(|b| b.state != BrokerState::Fenced)
-        .map(|b| {
-            let (host, port) = split_addr(&b.kafka);
-            MetadataResponseBroker::default()
-                .with_node_id(BrokerId(b.broker_id))
-                .with_host(host)
-                .with_port(port)
-                .with_rack(if version >= 1 { b.rack.clone().map(str_bytes) } else { None })
+        .filter_map(|b| {
+            // A broker without the client's listener is not shown (as in Kafka).
+            let (host, port) = split_addr(b.advertised(&client.listener)?);
+            Some(
+                MetadataResponseBroker::default()
+                    .with_node_id(BrokerId(b.broker_id))
+                    .with_host(host)
+                    .with_port(port)
+                    .with_rack(if version >= 1 { b.rack.clone().map(str_bytes) } else { None }),
+            )
         })
         .collect();
     if version >= 2 {
@@ -127,16 +144,31 @@ pub async fn handle(ctx: &NodeContext, request: MetadataRequest, version: i16) -
     if version >= 1 {
         response.controller_id = BrokerId(ctx.quorum.leader().map_or(-1, |l| l as i32));
     }
-    let names: Vec<String> = requested.unwrap_or_else(|| image.topics.keys().cloned().collect());
+    // Asked for all topics: those the client may describe. Asked by name: the
+    // others answer TOPIC_AUTHORIZATION_FAILED.
+    let names: Vec<String> =
+        requested.unwrap_or_else(|| image.topics.keys().filter(|n| describable(n)).cloned().collect());
     // KIP-430: v8+ may ask for the operations allowed on each topic, and
     // v8-v10 on the cluster (v11 moved that to DescribeCluster).
-    let topic_operations =
-        authorized_operations(Resource::Topic, version >= 8 && request.include_topic_authorized_operations);
+    let topic_operations = |name: &str| {
+        authorized_operations(Resource::Topic, version >= 8 && request.include_topic_authorized_operations, |op| {
+            ctx.authorize(client, &image, op, ResourceType::Topic, name)
+        })
+    };
     response.cluster_authorized_operations = authorized_operations(
         Resource::Cluster,
         (8..=10).contains(&version) && request.include_cluster_authorized_operations,
+        |op| ctx.authorize_cluster(client, &image, op),
     );
-    response.topics = names.iter().map(|n| topic_entry(&image, n, version, topic_operations)).collect();
+    response.topics = names
+        .iter()
+        .map(|n| match describable(n) {
+            true => topic_entry(&image, n, version, topic_operations(n)),
+            false => MetadataResponseTopic::default()
+                .with_name(Some(TopicName(str_bytes(n))))
+                .with_error_code(ResponseError::TopicAuthorizationFailed.code()),
+        })
+        .collect();
     response.topics.extend(unknown_ids.into_iter().map(|id| {
         MetadataResponseTopic::default()
             .with_name(None)

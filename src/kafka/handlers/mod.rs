@@ -1,8 +1,10 @@
 //! One file per Kafka API or small family of APIs. A handler takes the
 //! decoded request and the node's services and returns the response.
 
+pub mod acls;
 pub mod cluster;
 pub mod configs;
+pub mod denied;
 pub mod fetch;
 pub mod groups;
 pub mod list_offsets;
@@ -11,6 +13,7 @@ pub mod produce;
 pub mod quorum;
 pub mod reassignments;
 pub mod topics;
+pub mod users;
 
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;

@@ -12,7 +12,9 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 use super::{missing_partition_code, partition_error_code};
+use crate::kafka::registry::Client;
 use crate::node::NodeContext;
+use crate::security::acl::{Operation, ResourceType};
 use std::sync::Arc;
 
 use crate::log::LogError;
@@ -68,7 +70,7 @@ pub struct ProduceInFlight {
 /// Validates and appends every partition's batches. Called in request order
 /// on the connection's reader, so pipelined produce requests are appended in
 /// the order they were sent; only the acks=all wait runs concurrently.
-pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> ProduceInFlight {
+pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16, client: &Client) -> ProduceInFlight {
     let acks = request.acks;
     let acks_all = acks == -1;
     // `unsafe.ack.before.commit` (a negative control for the fault harness,
@@ -88,9 +90,14 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16) -> Produ
     let mut responses = Vec::with_capacity(request.topic_data.len());
     for (t, topic) in request.topic_data.into_iter().enumerate() {
         let name = topic.name.0.to_string();
+        let writable = ctx.authorize(client, &image, Operation::Write, ResourceType::Topic, &name);
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for (p, data) in topic.partition_data.into_iter().enumerate() {
             let index = data.index;
+            if !writable {
+                partitions.push(error_response(index, ResponseError::TopicAuthorizationFailed.code()));
+                continue;
+            }
             if transactional {
                 partitions.push(error_response(index, ResponseError::TransactionalIdAuthorizationFailed.code()));
                 continue;

@@ -16,13 +16,30 @@ use crate::admin::controller_write;
 use crate::controller::protocol::ControllerRequest;
 use crate::controller::topics::{create_topic, validate_configs, Randomness};
 use crate::error::{ApiError, ErrorCode};
+use crate::kafka::registry::Client;
 use crate::node::NodeContext;
+use crate::security::acl::{Operation, ResourceType};
 
 fn invalid(message: &str) -> ApiError {
     ApiError::new(ErrorCode::InvalidRequest, message)
 }
 
-pub async fn create(ctx: &NodeContext, request: CreateTopicsRequest, version: i16) -> CreateTopicsResponse {
+fn denied(what: &str) -> ApiError {
+    ApiError::new(ErrorCode::TopicAuthorizationFailed, format!("Authorization failed: {what}"))
+}
+
+/// Whether `client` may do `op` on topic `name`.
+fn allowed(ctx: &NodeContext, client: &Client, op: Operation, name: &str) -> bool {
+    ctx.authorize(client, &ctx.quorum.image(), op, ResourceType::Topic, name)
+}
+
+pub async fn create(
+    ctx: &NodeContext,
+    request: CreateTopicsRequest,
+    version: i16,
+    client: &Client,
+) -> CreateTopicsResponse {
+    let may_create_any = ctx.authorize_cluster(client, &ctx.quorum.image(), Operation::Create);
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.0.to_string();
@@ -41,7 +58,9 @@ pub async fn create(ctx: &NodeContext, request: CreateTopicsRequest, version: i1
             .iter()
             .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
             .collect();
-        let outcome = if !topic.assignments.is_empty() {
+        let outcome = if !may_create_any && !allowed(ctx, client, Operation::Create, &name) {
+            Err(denied("CREATE on the cluster or the topic is needed"))
+        } else if !topic.assignments.is_empty() {
             Err(invalid("manual replica assignment is not supported; leave assignments empty"))
         } else if request.validate_only {
             let random = Randomness { topic_id: strom_raft::TopicId(0), placement_start: 0 };
@@ -73,7 +92,12 @@ pub async fn create(ctx: &NodeContext, request: CreateTopicsRequest, version: i1
     CreateTopicsResponse::default().with_topics(results)
 }
 
-pub async fn delete(ctx: &NodeContext, request: DeleteTopicsRequest, version: i16) -> DeleteTopicsResponse {
+pub async fn delete(
+    ctx: &NodeContext,
+    request: DeleteTopicsRequest,
+    version: i16,
+    client: &Client,
+) -> DeleteTopicsResponse {
     let mut names: Vec<Option<TopicName>> = request.topic_names.into_iter().map(Some).collect();
     let image = ctx.quorum.image();
     for t in request.topics {
@@ -98,7 +122,11 @@ pub async fn delete(ctx: &NodeContext, request: DeleteTopicsRequest, version: i1
                 if let Some(t) = image.topics.get(&s).filter(|_| version >= 6) {
                     r.topic_id = topic_uuid(t.topic_id);
                 }
-                if let Err(e) = controller_write(ctx, ControllerRequest::DeleteTopic { name: s }).await {
+                let outcome = match allowed(ctx, client, Operation::Delete, &s) {
+                    true => controller_write(ctx, ControllerRequest::DeleteTopic { name: s }).await,
+                    false => Err(denied("DELETE on the topic is needed")),
+                };
+                if let Err(e) = outcome {
                     (r.error_code, r.error_message) = api_error(&e);
                     if version < 5 {
                         r.error_message = None;
@@ -112,11 +140,17 @@ pub async fn delete(ctx: &NodeContext, request: DeleteTopicsRequest, version: i1
     DeleteTopicsResponse::default().with_responses(responses)
 }
 
-pub async fn partitions(ctx: &NodeContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse {
+pub async fn partitions(
+    ctx: &NodeContext,
+    request: CreatePartitionsRequest,
+    client: &Client,
+) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.0.to_string();
-        let outcome = if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+        let outcome = if !allowed(ctx, client, Operation::Alter, &name) {
+            Err(denied("ALTER on the topic is needed"))
+        } else if topic.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
             Err(invalid("manual replica assignment is not supported"))
         } else if request.validate_only {
             crate::controller::topics::create_partitions(&ctx.quorum.image(), &name, topic.count as i64, 0).map(|_| ())
