@@ -13,6 +13,7 @@ use strom_raft::server::AppHandler;
 use strom_raft::{codec, MetadataImage, Quorum, QuorumConfig};
 use tokio::sync::watch;
 
+use crate::admin::auth::AdminSecurity;
 use crate::admin::metrics::Metrics;
 use crate::config::Settings;
 use crate::controller::client::ControllerClient;
@@ -59,6 +60,8 @@ pub struct NodeContext {
     pub groups: Arc<GroupCoordinator>,
     /// The ACL authorizer (off unless `authorizer.class.name` is set).
     pub authorizer: Authorizer,
+    /// HTTPS, authentication and peer credentials of the admin API.
+    pub admin_security: AdminSecurity,
 }
 
 /// Longest a request waits for the data plane to enact metadata this node has already applied.
@@ -220,6 +223,12 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // Before the data directory is touched: a listener that cannot start
     // (a TLS file that does not load) leaves it as it was.
     let specs = config.listeners.iter().map(|l| listener_spec(l, &settings)).collect::<Result<Vec<_>, _>>()?;
+    let admin_security = AdminSecurity::from_settings(&settings)
+        .map_err(|reason| NodeError::Listener { listener: "admin".into(), reason })?;
+    if admin_security.tls {
+        TlsSource::from_settings(&settings)
+            .map_err(|reason| NodeError::Listener { listener: "admin".into(), reason })?;
+    }
     check_data_dir(&config.data_dir, config.node_id)?;
     let broker_id = i32::try_from(config.node_id).map_err(|_| NodeError::DataDir {
         path: config.data_dir.clone(),
@@ -285,6 +294,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         producer_ids: ProducerIdAllocator::default(),
         groups: Arc::new(GroupCoordinator::new(settings.clone(), replicas.clone())),
         authorizer: Authorizer::from_settings(&settings),
+        admin_security,
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -343,7 +353,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // The admin API runs on a thread and runtime of its own, so health checks
     // and the operator's view answer while the Kafka data plane saturates the
     // main runtime (500 connections producing as fast as they can).
-    let admin_task = spawn_admin(admin_listener, ctx, stop_admin_rx)
+    let admin_task = spawn_admin(admin_listener, ctx.clone(), stop_admin_rx)
         .map_err(|source| NodeError::AdminBind { addr: config.admin.clone(), source })?;
     // The logs this node's copy of the metadata says it hosts are opened
     // (recovered after a crash) before the broker registers: it is unfenced,
@@ -366,6 +376,14 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         }
     }
     let lifecycle_task = tokio::spawn(lifecycle.clone().run(stop_rx.clone()));
+    if let Some(credentials) = ctx.admin_security.client.clone() {
+        let (ctx, stop) = (ctx.clone(), stop_rx.clone());
+        tokio::spawn(async move {
+            if ctx.lifecycle.wait_caught_up(stop.clone()).await {
+                crate::admin::auth::ensure_user(&ctx, &credentials, stop).await;
+            }
+        });
+    }
     tracing::info!(
         node_id = config.node_id,
         kafka = %config.listeners.iter().map(|l| format!("{}://{}", l.name, l.bind)).collect::<Vec<_>>().join(","),

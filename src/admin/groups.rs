@@ -67,11 +67,11 @@ pub async fn internal_groups(State(ctx): Ctx) -> Json<Vec<Value>> {
 async fn all_groups(ctx: &NodeContext) -> Vec<Value> {
     let image = ctx.quorum.image();
     let mut groups = local_groups(ctx);
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(1)).build().unwrap_or_default();
+    let http = ctx.admin_security.peer_client(Duration::from_secs(1));
     let asks =
         image.brokers.values().filter(|b| b.broker_id != ctx.broker_id && image.is_active(b.broker_id)).map(|b| {
-            let (http, url) = (http.clone(), format!("http://{}/v1/internal/groups", b.admin));
-            async move { http.get(url).send().await.ok()?.json::<Vec<Value>>().await.ok() }
+            let request = http.get(&b.admin, "/v1/internal/groups");
+            async move { request.send().await.ok()?.json::<Vec<Value>>().await.ok() }
         });
     for answer in futures_util::future::join_all(asks).await.into_iter().flatten() {
         groups.extend(answer);

@@ -6,6 +6,7 @@
 //! Errors are `{"error": CODE, "message": sentence}` with 4xx/503 statuses.
 
 mod acls;
+pub mod auth;
 mod balancer;
 mod broker_configs;
 mod brokers;
@@ -147,6 +148,7 @@ pub fn router(ctx: Arc<NodeContext>) -> Router {
         .route("/v1/acls", get(acls::list).post(acls::create).delete(acls::delete))
         .route("/v1/users/{name}", axum::routing::delete(users::delete))
         .route("/v1/internal/reassignment-progress", get(reassignments::internal_progress))
+        .route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::guard))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(ctx.clone(), track))
         .with_state(ctx)
@@ -158,9 +160,15 @@ pub async fn serve(
     ctx: Arc<NodeContext>,
     mut shutdown: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(ctx))
-        .with_graceful_shutdown(async move {
-            let _ = shutdown.wait_for(|stop| *stop).await;
-        })
-        .await
+    let stopped = async move {
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    };
+    if ctx.admin_security.tls {
+        let tls = crate::security::tls::TlsSource::from_settings(&ctx.settings).map_err(std::io::Error::other)?;
+        let listener = auth::TlsListener::new(listener, Arc::new(tls));
+        let app = router(ctx).into_make_service_with_connect_info::<auth::AdminPeer>();
+        return axum::serve(listener, app).with_graceful_shutdown(stopped).await;
+    }
+    let app = router(ctx).into_make_service_with_connect_info::<auth::AdminPeer>();
+    axum::serve(listener, app).with_graceful_shutdown(stopped).await
 }

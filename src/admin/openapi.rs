@@ -158,6 +158,27 @@ pub fn spec() -> Value {
     })
 }
 
+/// With `admin.authentication.enabled`, every path but `/health` and
+/// `/ready` may answer 401 and 403 (`/metrics` too, unless `admin.metrics.public`).
+fn with_access_errors(mut spec: Value) -> Value {
+    let error = |text: &str| json!({"description": text, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}});
+    if let Some(paths) = spec["paths"].as_object_mut() {
+        for (_, item) in paths.iter_mut().filter(|(p, _)| !matches!(p.as_str(), "/health" | "/ready")) {
+            for (method, operation) in item.as_object_mut().into_iter().flatten() {
+                if method == "parameters" {
+                    continue;
+                }
+                let responses = &mut operation["responses"];
+                responses["401"] = error("SASL_AUTHENTICATION_FAILED: admin authentication is on and the request has no valid HTTP Basic credentials or client certificate");
+                responses["403"] = error("CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED or GROUP_AUTHORIZATION_FAILED: the ACLs do not allow it");
+            }
+        }
+    }
+    spec["components"]["securitySchemes"] = json!({"basic": {"type": "http", "scheme": "basic", "description": "a SCRAM user's name and password; needed when admin.authentication.enabled"}});
+    spec["security"] = json!([{}, {"basic": []}]);
+    spec
+}
+
 pub async fn document() -> Json<Value> {
-    Json(spec())
+    Json(with_access_errors(spec()))
 }

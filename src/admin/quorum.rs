@@ -63,9 +63,8 @@ pub async fn view(ctx: &NodeContext) -> Value {
         .and_then(|l| image.brokers.get(&l))
         .map(|b| b.admin.clone());
     if let Some(admin) = leader_admin {
-        let http = reqwest::Client::builder().timeout(Duration::from_secs(1)).build().unwrap_or_default();
-        let url = format!("http://{admin}/v1/internal/quorum");
-        if let Ok(resp) = http.get(url).send().await {
+        let http = ctx.admin_security.peer_client(Duration::from_secs(1));
+        if let Ok(resp) = http.get(&admin, "/v1/internal/quorum").send().await {
             if let Ok(v) = resp.json::<Value>().await {
                 return v;
             }

@@ -54,12 +54,11 @@ pub async fn reassignment_progress(ctx: &NodeContext, image: &MetadataImage, par
         return Progress::new();
     }
     ctx.data_plane_current().await;
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(1)).build().unwrap_or_default();
+    let http = ctx.admin_security.peer_client(Duration::from_secs(1));
     let mut rows = Vec::new();
     let asks = leaders.keys().filter(|l| **l != ctx.broker_id).filter_map(|l| image.brokers.get(l)).map(|b| {
-        let url = format!("http://{}/v1/internal/reassignment-progress", b.admin);
-        let http = http.clone();
-        async move { http.get(url).send().await.ok()?.json::<Vec<(String, i32, u64)>>().await.ok() }
+        let request = http.get(&b.admin, "/v1/internal/reassignment-progress");
+        async move { request.send().await.ok()?.json::<Vec<(String, i32, u64)>>().await.ok() }
     });
     if leaders.contains_key(&ctx.broker_id) {
         rows.extend(local_progress(ctx, image));

@@ -46,12 +46,11 @@ pub(super) async fn leader_offsets(ctx: &NodeContext, image: &MetadataImage, top
         .filter_map(|(_, p)| p.leader)
         .filter(|l| *l != ctx.broker_id && image.is_active(*l))
         .collect();
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(1)).build().unwrap_or_default();
+    let http = ctx.admin_security.peer_client(Duration::from_secs(1));
     let asks = leaders.into_iter().filter_map(|l| image.brokers.get(&l)).map(|b| {
-        let url = format!("http://{}/v1/internal/local-offsets/{}", b.admin, topic.name);
-        let http = http.clone();
+        let request = http.get(&b.admin, &format!("/v1/internal/local-offsets/{}", topic.name));
         async move {
-            let resp = http.get(url).send().await.ok()?;
+            let resp = request.send().await.ok()?;
             resp.json::<Vec<(i32, i64, i64, i64)>>().await.ok()
         }
     });

@@ -32,6 +32,19 @@ pub struct AdminArgs {
     /// Print the API's JSON instead of a table.
     #[arg(long, global = true)]
     json: bool,
+    /// A SCRAM user for an admin API with authentication on.
+    #[arg(long, env = "STROM_ADMIN_USER", global = true)]
+    admin_user: Option<String>,
+    /// That user's password.
+    #[arg(long, env = "STROM_ADMIN_PASSWORD", hide_env_values = true, global = true)]
+    admin_password: Option<String>,
+    /// A credentials.json (`strom cluster --secure` writes one): user,
+    /// password and the CA to trust for https.
+    #[arg(long, env = "STROM_ADMIN_CREDENTIALS", global = true)]
+    admin_credentials: Option<std::path::PathBuf>,
+    /// A PEM CA certificate to trust for an https admin URL.
+    #[arg(long, env = "STROM_ADMIN_CA", global = true)]
+    admin_ca: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -84,17 +97,55 @@ pub fn exit<R>(runtime: Result<R, String>, f: impl FnOnce(R) -> CliResult) -> Ex
 struct Api {
     base: String,
     http: reqwest::Client,
+    auth: Option<(String, String)>,
+    /// Why the client could not be set up as asked (reported at the first call).
+    broken: Option<String>,
 }
 
 impl Api {
     fn new(args: &AdminArgs) -> Self {
-        let http = reqwest::Client::builder().timeout(std::time::Duration::from_secs(15)).build().unwrap_or_default();
-        Self { base: args.admin_url.trim_end_matches('/').to_string(), http }
+        let mut broken = None;
+        let file = match &args.admin_credentials {
+            Some(path) => match crate::admin::auth::read_credentials(&path.display().to_string()) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    broken = Some(e);
+                    None
+                }
+            },
+            None => None,
+        };
+        let user = args.admin_user.clone().or_else(|| file.as_ref().map(|c| c.user.clone()));
+        let password = args.admin_password.clone().or_else(|| file.as_ref().map(|c| c.password.clone()));
+        let ca = args.admin_ca.clone().or_else(|| file.as_ref().and_then(|c| c.ca.clone()).map(Into::into));
+        let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(15));
+        if let Some(ca) = ca {
+            match std::fs::read(&ca)
+                .map_err(|e| e.to_string())
+                .and_then(|pem| reqwest::Certificate::from_pem(&pem).map_err(|e| e.to_string()))
+            {
+                Ok(cert) => builder = builder.add_root_certificate(cert),
+                Err(e) => broken = Some(format!("{}: {e}", ca.display())),
+            }
+        }
+        let auth = user.map(|u| (u, password.unwrap_or_default()));
+        Self {
+            base: args.admin_url.trim_end_matches('/').to_string(),
+            http: builder.build().unwrap_or_default(),
+            auth,
+            broken,
+        }
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Result<Value, String> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
         let url = format!("{}{path}", self.base);
         let mut req = self.http.request(method, &url);
+        if let Some((user, password)) = &self.auth {
+            req = req.basic_auth(user, Some(password));
+        }
         if let Some(b) = body {
             req = req.json(&b);
         }

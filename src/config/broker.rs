@@ -85,6 +85,20 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         Kind::Bool,
         "with the authorizer on: whether a resource no ACL names is open to all",
     ),
+    def("admin.tls.enabled", Some("false"), Kind::Bool, "serve the admin API over HTTPS with ssl.keystore.location"),
+    def(
+        "admin.authentication.enabled",
+        Some("false"),
+        Kind::Bool,
+        "the admin API needs HTTP Basic (a SCRAM user) or a client certificate, but /health and /ready",
+    ),
+    def("admin.metrics.public", Some("false"), Kind::Bool, "with admin authentication on: /metrics stays open"),
+    def(
+        "admin.client.credentials",
+        None,
+        Kind::Custom(path),
+        "a credentials.json ({user, password, ca}) this node presents to other nodes' admin APIs",
+    ),
     def(
         "connection.failed.authentication.delay.ms",
         Some("100"),

@@ -55,12 +55,21 @@ def wait_for(what, timeout, f, interval=0.05):
         time.sleep(interval)
 
 
-def http(method, url, body=None, timeout=20):
-    """(status, json body) or (None, None) when the server could not be reached."""
+def http(method, url, body=None, timeout=20, auth=None, cafile=None):
+    """(status, json body) or (None, None) when the server could not be reached.
+    auth: (user, password) for HTTP Basic; cafile: the CA of an https URL."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    headers = {"content-type": "application/json"}
+    if auth is not None:
+        import base64
+        headers["authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers)
+    context = None
+    if cafile is not None:
+        import ssl
+        context = ssl.create_default_context(cafile=cafile)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             text = r.read()
             status = r.status
     except urllib.error.HTTPError as e:
@@ -130,9 +139,12 @@ class Cluster:
     """n nodes, the first `voters` of them quorum voters, all started at once."""
 
     def __init__(self, directory, n=1, voters=None, settings=(), binary=None, rust_log=None, node_settings=None,
-                 listeners=()):
+                 listeners=(), admin_access=None):
         """listeners: extra Kafka listener names besides PLAINTEXT (the `kafka` address),
-        each mapped to the security protocol of the same name, on ports of their own."""
+        each mapped to the security protocol of the same name, on ports of their own.
+        admin_access: {"scheme": "https", "auth": (user, password), "ca": path} for an
+        admin API with TLS or authentication on."""
+        self.admin_access = dict(admin_access or {})
         self.dir = str(directory)
         self.rust_log = rust_log or os.environ.get("STROM_TEST_RUST_LOG", "info,openraft=off")
         self.binary = binary or strom_bin()
@@ -230,13 +242,15 @@ class Cluster:
     # ---- admin API -------------------------------------------------------------------
 
     def admin_url(self, nid, path):
-        return f"http://{self.nodes[nid].admin}{path}"
+        return f"{self.admin_access.get('scheme', 'http')}://{self.nodes[nid].admin}{path}"
 
     def get(self, nid, path, timeout=20):
-        return http("GET", self.admin_url(nid, path), timeout=timeout)
+        return http("GET", self.admin_url(nid, path), timeout=timeout, auth=self.admin_access.get("auth"),
+                    cafile=self.admin_access.get("ca"))
 
     def send(self, nid, method, path, body=None, timeout=20):
-        return http(method, self.admin_url(nid, path), body, timeout=timeout)
+        return http(method, self.admin_url(nid, path), body, timeout=timeout, auth=self.admin_access.get("auth"),
+                    cafile=self.admin_access.get("ca"))
 
     def cluster_view(self, nid):
         status, body = self.get(nid, "/v1/cluster", timeout=5)
@@ -315,12 +329,12 @@ class Cluster:
 
 
 def start(directory, n=1, settings=(), voters=None, timeout=60, binary=None, rust_log=None, node_settings=None,
-          listeners=()):
+          listeners=(), admin_access=None):
     """A Cluster that is up: every node ready, one controller, n active brokers, and every
     Kafka listener answering ApiVersions. On failure everything is killed and the error
     carries the tail of each node's log."""
     c = Cluster(directory, n=n, voters=voters, settings=tuple(settings), binary=binary, rust_log=rust_log,
-                node_settings=node_settings, listeners=listeners)
+                node_settings=node_settings, listeners=listeners, admin_access=admin_access)
     try:
         c.wait_ready(timeout=timeout)
     except BaseException as e:
