@@ -64,7 +64,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// partition -> leader's "host:port".
 async fn leaders(args: &Args) -> Result<HashMap<i32, String>, BoxError> {
-    let mut conn = KafkaConnection::connect(&args.bootstrap, "strom-loadgen").await?;
+    let mut conn = KafkaConnection::connect(&args.bootstrap, "strom-loadgen", None).await?;
     let request = MetadataRequest::default().with_topics(Some(vec![
         MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(args.topic.clone()))))
     ]));
@@ -98,7 +98,7 @@ async fn run_connection(
     // Hundreds of connections open at once: a connect that times out is tried again.
     let mut tries = 0;
     let mut conn = loop {
-        match KafkaConnection::connect(&addr, "strom-loadgen").await {
+        match KafkaConnection::connect(&addr, "strom-loadgen", None).await {
             Ok(conn) => break conn,
             Err(e) if tries >= 4 => return Err(format!("connect to {addr}: {e}").into()),
             Err(_) => tries += 1,

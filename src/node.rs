@@ -223,6 +223,15 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     // Before the data directory is touched: a listener that cannot start
     // (a TLS file that does not load) leaves it as it was.
     let specs = config.listeners.iter().map(|l| listener_spec(l, &settings)).collect::<Result<Vec<_>, _>>()?;
+    // Mutual TLS between nodes: the quorum port, and the inter-broker listener.
+    let quorum_tls = settings.get("quorum.security.protocol").as_deref() == Some("SSL");
+    let node_tls = match quorum_tls || config.listeners[0].protocol.uses_tls() {
+        true => Some(
+            crate::security::tls::node_tls(&settings)
+                .map_err(|reason| NodeError::Listener { listener: "between nodes".into(), reason })?,
+        ),
+        false => None,
+    };
     let admin_security = AdminSecurity::from_settings(&settings)
         .map_err(|reason| NodeError::Listener { listener: "admin".into(), reason })?;
     if admin_security.tls {
@@ -245,6 +254,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         heartbeat_interval_ms: (election_ms / 5).max(10),
         snapshot_entries: settings.u64("metadata.snapshot.interval.entries"),
         snapshot_keep_entries: settings.u64("metadata.snapshot.keep.entries"),
+        tls: node_tls.clone().filter(|_| quorum_tls),
     };
     let admin_listener = tokio::net::TcpListener::bind(&config.admin)
         .await
@@ -340,6 +350,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
             settings.int("replica.fetch.max.bytes").unwrap_or(1 << 20) as i32,
             settings.int("replica.fetch.response.max.bytes").unwrap_or(10 << 20) as i32,
         ),
+        node_tls.as_ref().filter(|_| config.listeners[0].protocol.uses_tls()).map(|t| t.client.clone()),
     ));
     let fetcher_task = tokio::spawn(fetchers.run(stop_rx.clone()));
     let isr_task = tokio::spawn(crate::replication::isr_sync::run(

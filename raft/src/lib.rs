@@ -26,6 +26,7 @@ pub mod records;
 pub mod rpc;
 pub mod server;
 pub mod state_machine;
+pub mod tls;
 pub mod types;
 
 pub use image::{BrokerRegistration, MetadataImage, PartitionRegistration, TopicImage};

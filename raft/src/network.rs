@@ -14,14 +14,17 @@ use openraft::BasicNode;
 use crate::rpc::{Connection, RpcError, RpcRequest, RpcResponse};
 use crate::types::{NodeId, TypeConfig};
 
-#[derive(Debug, Clone, Default)]
-pub struct NetworkFactory;
+/// Makes the connections to peers: plain, or mutual TLS.
+#[derive(Clone, Default)]
+pub struct NetworkFactory {
+    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
-        PeerClient { target, conn: Connection::new(node.addr.clone()) }
+        PeerClient { target, conn: Connection::with_tls(node.addr.clone(), self.tls.clone()) }
     }
 }
 

@@ -20,6 +20,7 @@ use crate::network::NetworkFactory;
 use crate::records::MetadataRecord;
 use crate::server::{self, AppHandler, LeaderContact};
 use crate::state_machine::{AppliedImage, StateMachine};
+use crate::tls::NodeTls;
 use crate::types::{MetaCommand, NodeId, Raft};
 
 #[derive(Debug, Clone)]
@@ -37,6 +38,8 @@ pub struct QuorumConfig {
     pub snapshot_entries: u64,
     /// Entries kept behind a snapshot (so slightly lagging peers need no snapshot).
     pub snapshot_keep_entries: u64,
+    /// Mutual TLS between the nodes' quorum connections (`None`: plain TCP).
+    pub tls: Option<NodeTls>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -69,9 +72,15 @@ pub struct Quorum {
     applied: watch::Receiver<AppliedImage>,
     server: JoinHandle<()>,
     contact: LeaderContact,
+    tls: Option<NodeTls>,
 }
 
 impl Quorum {
+    /// The TLS configuration of this node's connections to other nodes.
+    pub fn node_tls(&self) -> Option<&NodeTls> {
+        self.tls.as_ref()
+    }
+
     pub async fn start(config: QuorumConfig, app: Arc<dyn AppHandler>) -> Result<Self, QuorumError> {
         let store_err = |reason: String| QuorumError::Store { path: config.meta_dir.clone(), reason };
         let db = sled::Config::new()
@@ -96,7 +105,8 @@ impl Quorum {
         .validate()
         .map_err(|e| QuorumError::Config(e.to_string()))?;
 
-        let raft = Raft::new(config.node_id, Arc::new(raft_config), NetworkFactory, log_store, state_machine)
+        let network = NetworkFactory { tls: config.tls.as_ref().map(|t| t.client.clone()) };
+        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, state_machine)
             .await
             .map_err(|e| QuorumError::Raft(e.to_string()))?;
 
@@ -104,9 +114,18 @@ impl Quorum {
             .await
             .map_err(|source| QuorumError::Bind { addr: config.raft_addr.clone(), source })?;
         let contact = LeaderContact::default();
-        let server = tokio::spawn(server::serve(listener, raft.clone(), app, contact.clone()));
+        let server_tls = config.tls.as_ref().map(|t| t.server.clone());
+        let server = tokio::spawn(server::serve(listener, raft.clone(), app, contact.clone(), server_tls));
 
-        let quorum = Self { node_id: config.node_id, voters: config.voters.clone(), raft, applied, server, contact };
+        let quorum = Self {
+            node_id: config.node_id,
+            voters: config.voters.clone(),
+            raft,
+            applied,
+            server,
+            contact,
+            tls: config.tls.clone(),
+        };
         if config.voters.contains_key(&config.node_id) {
             quorum.bootstrap().await?;
         }

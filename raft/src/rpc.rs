@@ -12,10 +12,13 @@ use openraft::raft::{
     VoteResponse,
 };
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::codec::{self, CodecError};
+use crate::tls::{self, ClientStream};
 use crate::types::{NodeId, TypeConfig};
 
 /// The largest frame either side accepts. Snapshot chunks are sized well below.
@@ -58,7 +61,7 @@ pub enum RpcError {
 }
 
 /// Writes one frame.
-pub async fn write_frame(stream: &mut TcpStream, payload: &[u8]) -> Result<(), RpcError> {
+pub async fn write_frame<S: AsyncWrite + Unpin>(stream: &mut S, payload: &[u8]) -> Result<(), RpcError> {
     if payload.len() > MAX_FRAME_BYTES {
         return Err(RpcError::FrameTooLarge(payload.len()));
     }
@@ -69,7 +72,7 @@ pub async fn write_frame(stream: &mut TcpStream, payload: &[u8]) -> Result<(), R
 }
 
 /// Reads one frame; `Ok(None)` on a clean end of stream before a frame.
-pub async fn read_frame(stream: &mut TcpStream) -> Result<Option<Vec<u8>>, RpcError> {
+pub async fn read_frame<S: AsyncRead + Unpin>(stream: &mut S) -> Result<Option<Vec<u8>>, RpcError> {
     let mut len = [0u8; 4];
     match stream.read_exact(&mut len).await {
         Ok(_) => {}
@@ -97,12 +100,24 @@ pub async fn read_frame(stream: &mut TcpStream) -> Result<Option<Vec<u8>>, RpcEr
 #[derive(Debug)]
 pub struct Connection {
     addr: String,
-    stream: Option<TcpStream>,
+    stream: Option<ClientStream>,
+    /// Mutual TLS to the peer (`quorum.security.protocol=SSL`).
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl std::fmt::Debug for ClientStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if matches!(self, ClientStream::Tls(_)) { "tls" } else { "plain" })
+    }
 }
 
 impl Connection {
     pub fn new(addr: impl Into<String>) -> Self {
-        Self { addr: addr.into(), stream: None }
+        Self::with_tls(addr, None)
+    }
+
+    pub fn with_tls(addr: impl Into<String>, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
+        Self { addr: addr.into(), stream: None, tls }
     }
 
     pub fn addr(&self) -> &str {
@@ -115,19 +130,18 @@ impl Connection {
     /// that restarted closed it, and a request written to it would be lost with
     /// no way to tell whether it ran: fatal for requests that must not be sent
     /// twice. So the stream is probed first, without waiting.
-    async fn take_or_connect(&mut self) -> Result<TcpStream, RpcError> {
+    async fn take_or_connect(&mut self) -> Result<ClientStream, RpcError> {
         if let Some(stream) = self.stream.take() {
-            if still_open(&stream) {
+            if still_open(stream.tcp()) {
                 return Ok(stream);
             }
             tracing::debug!(addr = %self.addr, "idle connection closed by the peer; reconnecting");
         }
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
-            .await
-            .map_err(|_| RpcError::ConnectTimeout(self.addr.clone()))?
-            .map_err(|source| RpcError::Connect { addr: self.addr.clone(), source })?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
+        match tls::connect(&self.addr, self.tls.as_ref(), CONNECT_TIMEOUT).await {
+            Ok(stream) => Ok(stream),
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(RpcError::ConnectTimeout(self.addr.clone())),
+            Err(source) => Err(RpcError::Connect { addr: self.addr.clone(), source }),
+        }
     }
 
     /// Sends `request` and waits for its response, all within `timeout`.
@@ -159,7 +173,8 @@ impl Connection {
 /// Whether an idle stream's peer still holds its end: nothing to read yet.
 ///
 /// A peek that does not wait: end of stream or a reset means the peer closed
-/// it; bytes mean an answer nobody asked for, so the stream is out of step.
+/// it; bytes mean an answer nobody asked for (or, under TLS, the peer's
+/// close_notify), so the stream is out of step.
 /// Asked of the socket itself, not of the runtime's readiness, which learns of
 /// a close only when its reactor next runs.
 fn still_open(stream: &TcpStream) -> bool {
@@ -250,9 +265,9 @@ mod tests {
     async fn an_idle_connection_the_peer_holds_is_reused() {
         let mut conn = Connection::new(slow_first_echo().await);
         conn.call_app(b"first".to_vec(), Duration::from_secs(5)).await.expect("first call");
-        let before = conn.stream.as_ref().expect("pooled").local_addr().expect("local addr");
+        let before = conn.stream.as_ref().expect("pooled").tcp().local_addr().expect("local addr");
         conn.call_app(b"second".to_vec(), Duration::from_secs(5)).await.expect("second call");
-        let after = conn.stream.as_ref().expect("pooled").local_addr().expect("local addr");
+        let after = conn.stream.as_ref().expect("pooled").tcp().local_addr().expect("local addr");
         assert_eq!(before, after, "a live idle stream was replaced");
     }
 }

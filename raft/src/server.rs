@@ -11,7 +11,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+
+use crate::tls::ServerStream;
 use tokio::sync::Semaphore;
 
 use crate::codec;
@@ -46,7 +48,13 @@ impl LeaderContact {
 }
 
 /// Serves quorum RPC on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, raft: Raft, app: Arc<dyn AppHandler>, contact: LeaderContact) {
+pub async fn serve(
+    listener: TcpListener,
+    raft: Raft,
+    app: Arc<dyn AppHandler>,
+    contact: LeaderContact,
+    tls: Option<Arc<rustls::ServerConfig>>,
+) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -61,22 +69,31 @@ pub async fn serve(listener: TcpListener, raft: Raft, app: Arc<dyn AppHandler>, 
         let raft = raft.clone();
         let app = app.clone();
         let contact = contact.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            if let Err(e) = serve_connection(stream, raft, app, contact).await {
-                tracing::debug!(%peer, error = %e, "raft connection closed");
+            match crate::tls::accept(stream, tls.as_ref(), HANDSHAKE_TIMEOUT).await {
+                Ok(stream) => {
+                    if let Err(e) = serve_connection(stream, raft, app, contact).await {
+                        tracing::debug!(%peer, error = %e, "raft connection closed");
+                    }
+                }
+                // A node without a certificate of this cluster's CA.
+                Err(e) => tracing::warn!(%peer, error = %e, "raft connection refused: TLS handshake failed"),
             }
             drop(permit);
         });
     }
 }
 
+/// Longest a peer may take over its TLS handshake.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn serve_connection(
-    mut stream: TcpStream,
+    mut stream: ServerStream,
     raft: Raft,
     app: Arc<dyn AppHandler>,
     contact: LeaderContact,
 ) -> Result<(), RpcError> {
-    stream.set_nodelay(true)?;
     while let Some(frame) = read_frame(&mut stream).await? {
         let request: RpcRequest = codec::decode(&frame)?;
         let response = match request {

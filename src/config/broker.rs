@@ -42,6 +42,12 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "the listener followers fetch from (unset: the first PLAINTEXT one); it must be PLAINTEXT",
     ),
     def(
+        "quorum.security.protocol",
+        Some("PLAINTEXT"),
+        Kind::Choice(&["PLAINTEXT", "SSL"]),
+        "the quorum port (--raft): SSL is mutual TLS with the keystore and truststore",
+    ),
+    def(
         "sasl.enabled.mechanisms",
         Some("SCRAM-SHA-256,SCRAM-SHA-512,PLAIN"),
         Kind::List(&["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]),

@@ -7,8 +7,8 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use strom_raft::tls::ClientStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// The largest response frame accepted from a leader.
 pub const MAX_RESPONSE_BYTES: usize = 128 * 1024 * 1024;
@@ -25,17 +25,24 @@ pub enum ClientError {
 }
 
 pub struct KafkaConnection {
-    stream: TcpStream,
+    stream: ClientStream,
     correlation_id: i32,
     client_id: StrBytes,
 }
 
 impl KafkaConnection {
-    pub async fn connect(addr: &str, client_id: &str) -> Result<Self, ClientError> {
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
-            .await
-            .map_err(|_| ClientError::Timeout)??;
-        stream.set_nodelay(true)?;
+    /// Connects to `addr`, with mutual TLS when `tls` is given (an SSL
+    /// inter-broker listener).
+    pub async fn connect(
+        addr: &str,
+        client_id: &str,
+        tls: Option<&std::sync::Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, ClientError> {
+        let stream = match strom_raft::tls::connect(addr, tls, CONNECT_TIMEOUT).await {
+            Ok(stream) => stream,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Err(ClientError::Timeout),
+            Err(e) => return Err(e.into()),
+        };
         Ok(Self { stream, correlation_id: 0, client_id: StrBytes::from_string(client_id.to_string()) })
     }
 

@@ -47,6 +47,8 @@ pub struct FetcherManager {
     partition_fetch_bytes: i32,
     /// Bytes per fetch response (`replica.fetch.response.max.bytes`).
     response_fetch_bytes: i32,
+    /// Mutual TLS to the leaders (an SSL inter-broker listener).
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 struct FetcherHandle {
@@ -62,9 +64,10 @@ impl FetcherManager {
         quorum: Arc<Quorum>,
         fetch_wait_ms: i32,
         fetch_bytes: (i32, i32),
+        tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Self {
         let (partition_fetch_bytes, response_fetch_bytes) = fetch_bytes;
-        Self { broker_id, replicas, quorum, fetch_wait_ms, partition_fetch_bytes, response_fetch_bytes }
+        Self { broker_id, replicas, quorum, fetch_wait_ms, partition_fetch_bytes, response_fetch_bytes, tls }
     }
 
     /// Which partitions to fetch from which leader, by the applied image.
@@ -151,7 +154,7 @@ impl FetcherManager {
                     tokio::time::sleep(RETRY_BACKOFF).await;
                     continue;
                 };
-                match KafkaConnection::connect(&addr, &client_id).await {
+                match KafkaConnection::connect(&addr, &client_id, self.tls.as_ref()).await {
                     Ok(c) => conn = Some(c),
                     Err(e) => {
                         tracing::debug!(leader, %addr, error = %e, "cannot reach the leader");

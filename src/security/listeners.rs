@@ -173,12 +173,16 @@ pub fn resolve(
             .iter()
             .position(|l| l.name == name)
             .ok_or_else(|| format!("inter.broker.listener.name is {name}, which is not in listeners"))?,
-        None => listeners.iter().position(|l| l.protocol == SecurityProtocol::Plaintext).unwrap_or(0),
+        None => listeners
+            .iter()
+            .position(|l| l.protocol == SecurityProtocol::Plaintext)
+            .or_else(|| listeners.iter().position(|l| l.protocol == SecurityProtocol::Ssl))
+            .unwrap_or(0),
     };
-    if listeners[inter].protocol != SecurityProtocol::Plaintext {
+    if listeners[inter].protocol.uses_sasl() {
         return Err(format!(
-            "the inter-broker listener {} is {}: replication between brokers speaks PLAINTEXT only; add a \
-             PLAINTEXT listener (on a private address) and name it in inter.broker.listener.name",
+            "the inter-broker listener {} is {}: brokers fetch from one another over PLAINTEXT or SSL (mutual \
+             TLS), not SASL; add such a listener and name it in inter.broker.listener.name",
             listeners[inter].name,
             listeners[inter].protocol.name()
         ));
@@ -242,7 +246,7 @@ mod tests {
         assert!(err(&[("listeners", "CLIENTS://127.0.0.1:1")], None).contains("no security protocol"));
         assert!(err(&[("listeners", "PLAINTEXT://127.0.0.1:1"), ("advertised.listeners", "SSL://x:1")], None)
             .contains("not in listeners"));
-        assert!(err(&[("listeners", "SASL_SSL://127.0.0.1:1")], None).contains("PLAINTEXT only"));
+        assert!(err(&[("listeners", "SASL_SSL://127.0.0.1:1")], None).contains("not SASL"));
         assert!(err(&[("listeners", "PLAINTEXT://127.0.0.1:1,SSL://127.0.0.1:1")], None).contains("both bind"));
         for bad in
             ["PLAINTEXT:127.0.0.1:1", "PLAINTEXT://127.0.0.1", "PLAINTEXT://h:0", "A B://h:1", "", "X://h:1,X://h:2"]

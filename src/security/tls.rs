@@ -140,6 +140,39 @@ fn server_config(keystore: &Path, truststore: Option<&Path>, client_auth: Client
     builder.with_single_cert(chain, key).map_err(|e| format!("{}: {e}", keystore.display()))
 }
 
+/// Mutual TLS between nodes (`quorum.security.protocol=SSL`, or an SSL
+/// inter-broker listener): each node shows the certificate of
+/// `ssl.keystore.location` and accepts only peers whose certificate chains
+/// to `ssl.truststore.location`'s CAs. Loaded once, at start.
+pub fn node_tls(settings: &Settings) -> Result<strom_raft::tls::NodeTls, String> {
+    let keystore = settings
+        .get("ssl.keystore.location")
+        .map(PathBuf::from)
+        .ok_or("TLS between nodes needs ssl.keystore.location: this node's key and certificate chain")?;
+    let truststore = settings
+        .get("ssl.truststore.location")
+        .map(PathBuf::from)
+        .ok_or("TLS between nodes needs ssl.truststore.location: the CA that signed every node's certificate")?;
+    let roots = Arc::new(load_roots(&truststore)?);
+    let (chain, key) = (load_certs(&keystore)?, load_key(&keystore)?);
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+        .build()
+        .map_err(|e| format!("{}: {e}", truststore.display()))?;
+    let server = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain.clone(), key.clone_key())
+        .map_err(|e| format!("{}: {e}", keystore.display()))?;
+    let client = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| format!("{}: {e}", keystore.display()))?;
+    Ok(strom_raft::tls::NodeTls { client: Arc::new(client), server: Arc::new(server) })
+}
+
 /// A client certificate's subject as Kafka's default principal builder
 /// names it: the distinguished name in RFC 2253 form (`CN=alice,O=Acme`).
 pub fn certificate_subject(cert: &CertificateDer<'_>) -> Option<String> {
