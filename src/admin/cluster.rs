@@ -43,6 +43,9 @@ pub(super) fn broker_json(ctx: &NodeContext, image: &MetadataImage, b: &BrokerRe
     json!({
         "id": b.broker_id,
         "kafka": b.kafka,
+        // Every Kafka listener's advertised address by name (`kafka` is the
+        // inter-broker one).
+        "listeners": b.listeners.iter().cloned().collect::<std::collections::BTreeMap<String, String>>(),
         "admin": b.admin,
         "state": b.state.as_str(),
         "is_controller": ctx.quorum.leader() == Some(b.broker_id as u64),

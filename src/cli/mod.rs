@@ -15,7 +15,7 @@ pub use balancer::{balancer, BalancerCommand};
 pub use broker::{broker, BrokerCommand};
 pub use quorum::{quorum, QuorumCommand};
 pub use reassign::{partition, reassignments, PartitionCommand};
-pub use user::{certs, user, CertsArgs, UserCommand};
+pub use user::{certs, user, write as write_file, CertsArgs, UserCommand};
 
 use std::process::ExitCode;
 

@@ -103,7 +103,8 @@ pub fn certs(args: CertsArgs) -> CliResult {
     Ok(())
 }
 
-pub(crate) fn write(path: &std::path::Path, contents: &str, secret: bool) -> CliResult {
+/// Writes a file, mode 0600 when it holds a secret, else 0644.
+pub fn write(path: &std::path::Path, contents: &str, secret: bool) -> CliResult {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let mut options = std::fs::OpenOptions::new();

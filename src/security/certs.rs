@@ -48,8 +48,14 @@ impl Authority {
     /// A certificate for a node: valid for `names` (host names or IP
     /// addresses), as a server and as a client of other nodes.
     pub fn issue_server(&self, names: &[&str]) -> Result<Issued, rcgen::Error> {
+        self.issue_node(names.first().copied().unwrap_or("strom"), names)
+    }
+
+    /// As [`Authority::issue_server`], with subject `CN=<common_name>,O=Strom`
+    /// (the principal other nodes see: `User:CN=<common_name>,O=Strom`).
+    pub fn issue_node(&self, common_name: &str, names: &[&str]) -> Result<Issued, rcgen::Error> {
         let mut params = CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
-        params.distinguished_name = dn(names.first().copied().unwrap_or("strom"));
+        params.distinguished_name = dn(common_name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         self.sign(params)

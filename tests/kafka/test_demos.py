@@ -61,3 +61,10 @@ def test_network_partition_demo():
     assert "cut-side writes acknowledged while cut off: 0" in text
     assert "truncated a divergent suffix" in text
     assert "OK: nothing acknowledged lost" in text
+
+
+@pytest.mark.skipif(not shutil.which("jq") or not shutil.which("kcat"), reason="the demo needs jq and kcat")
+def test_secure_cluster_demo():
+    text = run_demo("secure-cluster.sh")
+    assert "OK: secure in one step, and only who may gets in" in text
+    assert "alice wrote 100 records to orders-eu" in text

@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::process::{Child, Command};
 
+mod secure;
+
 /// How long the cluster may take to come up.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long nodes get to stop after SIGTERM before SIGKILL.
@@ -44,6 +46,14 @@ pub struct ClusterArgs {
     /// KEY=VALUE setting passed to every node; repeatable.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
+    /// Secure in one step: SASL_SSL Kafka listeners, TLS between nodes, an
+    /// HTTPS admin API with authentication, ACLs, and a super user `admin`
+    /// whose credentials go to DIR/credentials.json.
+    #[arg(long)]
+    pub secure: bool,
+    /// With --secure: the first port of the nodes' SSL inter-broker listeners.
+    #[arg(long, default_value_t = 29092)]
+    pub inter_broker_base: u16,
 }
 
 impl ClusterArgs {
@@ -55,9 +65,12 @@ impl ClusterArgs {
         if voters == 0 || voters > self.nodes {
             return Err(format!("--voters: must be between 1 and --nodes ({}), got {voters}", self.nodes));
         }
-        for (flag, base) in
-            [("--kafka-base", self.kafka_base), ("--admin-base", self.admin_base), ("--raft-base", self.raft_base)]
-        {
+        for (flag, base) in [
+            ("--kafka-base", self.kafka_base),
+            ("--admin-base", self.admin_base),
+            ("--raft-base", self.raft_base),
+            ("--inter-broker-base", self.inter_broker_base),
+        ] {
             if base as u32 + self.nodes as u32 - 1 > u16::MAX as u32 {
                 return Err(format!("{flag}: {base} + {} nodes runs past port 65535", self.nodes));
             }
@@ -89,6 +102,10 @@ pub struct NodeEntry {
 pub struct ClusterFile {
     pub bootstrap: String,
     pub nodes: Vec<NodeEntry>,
+    /// Started with --secure: `kafka` is each node's SASL_SSL listener and
+    /// the admin API is HTTPS with authentication.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub secure: bool,
 }
 
 fn node_entries(args: &ClusterArgs, exe: &Path, dir: &Path) -> Vec<NodeEntry> {
@@ -105,15 +122,25 @@ fn node_entries(args: &ClusterArgs, exe: &Path, dir: &Path) -> Vec<NodeEntry> {
                 i.to_string(),
                 "--data-dir".into(),
                 data_dir.display().to_string(),
-                "--kafka".into(),
-                kafka.clone(),
+            ];
+            match args.secure {
+                false => argv.extend(["--kafka".into(), kafka.clone()]),
+                true => {
+                    let internal = addr(args.inter_broker_base, i);
+                    argv.extend(["--set".into(), format!("listeners=SASL_SSL://{kafka},SSL://{internal}")]);
+                    for pair in secure::node_settings(dir) {
+                        argv.extend(["--set".into(), pair]);
+                    }
+                }
+            }
+            argv.extend([
                 "--admin".into(),
                 admin.clone(),
                 "--raft".into(),
                 raft.clone(),
                 "--quorum".into(),
                 quorum.join(","),
-            ];
+            ]);
             for pair in &args.set {
                 argv.push("--set".into());
                 argv.push(pair.clone());
@@ -157,12 +184,20 @@ fn added_nodes(args: &ClusterArgs, exe: &Path, dir: &Path, existing: &[NodeEntry
     let first = existing.first().ok_or("cluster.json lists no node")?;
     let flag = |name: &str| first.argv.iter().position(|a| a == name).and_then(|i| first.argv.get(i + 1)).cloned();
     let quorum = flag("--quorum").ok_or("node 1's argv in cluster.json has no --quorum")?;
-    let sets: Vec<String> = first.argv.windows(2).filter(|w| w[0] == "--set").map(|w| w[1].clone()).collect();
+    let generated: Vec<String> = secure::node_settings(dir);
+    let sets: Vec<String> = first
+        .argv
+        .windows(2)
+        .filter(|w| w[0] == "--set")
+        .map(|w| w[1].clone())
+        .filter(|s| !s.starts_with("listeners=") && !generated.contains(s))
+        .collect();
     let taken: Vec<&str> =
         existing.iter().flat_map(|n| [n.kafka.as_str(), n.admin.as_str(), n.raft.as_str()]).collect();
     let next_id = existing.iter().map(|n| n.id).max().unwrap_or(0) + 1;
     let mut grown = args.clone();
     grown.set = sets;
+    grown.secure = first.argv.iter().any(|a| a.starts_with("listeners=SASL_SSL://"));
     let mut added = Vec::new();
     for mut node in node_entries(&grown, exe, dir).into_iter().filter(|n| n.id >= next_id) {
         for addr in [&node.kafka, &node.admin, &node.raft] {
@@ -212,13 +247,41 @@ fn spawn(node: &NodeEntry, dir: &Path) -> Result<Child, String> {
         .map_err(|e| format!("cannot start node {}: {e}", node.id))
 }
 
-async fn cluster_view(http: &reqwest::Client, admin: &str) -> Option<Value> {
-    let resp = http.get(format!("http://{admin}/v1/cluster")).send().await.ok()?;
-    resp.json().await.ok()
+async fn cluster_view(http: &AdminHttp, admin: &str) -> Option<Value> {
+    let mut request = http.client.get(format!("{}://{admin}/v1/cluster", http.scheme));
+    if let Some(c) = &http.credentials {
+        request = request.basic_auth(&c.user, Some(&c.password));
+    }
+    request.send().await.ok()?.json().await.ok()
+}
+
+/// How this process reaches the nodes' admin APIs.
+struct AdminHttp {
+    client: reqwest::Client,
+    scheme: &'static str,
+    credentials: Option<crate::admin::auth::ClientCredentials>,
+}
+
+impl AdminHttp {
+    fn new(dir: &Path, secure: bool) -> Result<Self, String> {
+        let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(2));
+        let credentials = match secure {
+            false => None,
+            true => {
+                let c = crate::admin::auth::read_credentials(&dir.join(secure::CREDENTIALS).display().to_string())?;
+                let pem = std::fs::read(dir.join(secure::CA)).map_err(|e| e.to_string())?;
+                builder =
+                    builder.add_root_certificate(reqwest::Certificate::from_pem(&pem).map_err(|e| e.to_string())?);
+                Some(c)
+            }
+        };
+        let client = builder.build().map_err(|e| e.to_string())?;
+        Ok(Self { client, scheme: if secure { "https" } else { "http" }, credentials })
+    }
 }
 
 /// Every node answers, agrees on a controller and sees every broker active.
-async fn is_up(http: &reqwest::Client, nodes: &[NodeEntry]) -> bool {
+async fn is_up(http: &AdminHttp, nodes: &[NodeEntry]) -> bool {
     for node in nodes {
         let Some(view) = cluster_view(http, &node.admin).await else { return false };
         let active = view["brokers"].as_array().map_or(0, |b| b.iter().filter(|b| b["state"] == "active").count());
@@ -255,6 +318,10 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.dir).map_err(|e| format!("cannot create {}: {e}", args.dir.display()))?;
     let dir = std::fs::canonicalize(&args.dir).map_err(|e| e.to_string())?;
     let mut nodes = plan(&args, &dir)?;
+    let secure = nodes.first().is_some_and(|n| n.argv.iter().any(|a| a.starts_with("listeners=SASL_SSL://")));
+    if secure && !dir.join(secure::CREDENTIALS).exists() {
+        secure::prepare(&dir, &nodes)?;
+    }
     let mut children = Vec::new();
     for node in &mut nodes {
         if already_running(node) {
@@ -267,7 +334,7 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
         node.pid = child.id().unwrap_or(0);
         children.push(Some(child));
     }
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(2)).build().map_err(|e| e.to_string())?;
+    let http = AdminHttp::new(&dir, secure)?;
     let started = Instant::now();
     while !is_up(&http, &nodes).await {
         if started.elapsed() > STARTUP_TIMEOUT {
@@ -299,6 +366,7 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
     let file = ClusterFile {
         bootstrap: nodes.iter().map(|n| n.kafka.clone()).collect::<Vec<_>>().join(","),
         nodes: nodes.clone(),
+        secure,
     };
     let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
     write_atomically(&dir.join("cluster.json"), &text)?;
@@ -309,6 +377,10 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
         nodes.len(),
         file.bootstrap
     );
+    if secure {
+        secure::write_client_files(&dir, &file.bootstrap)?;
+        println!("{}", secure::how_to_connect(&dir, &file.bootstrap, &nodes[0].admin));
+    }
     supervise(&nodes, &mut children, &mut stop).await;
     stop_all(&nodes, &mut children).await;
     Ok(())
