@@ -122,10 +122,12 @@ def loopback_mb_s(total_mb=2048):
 
 # ---- produce / consume ------------------------------------------------------------------------
 
-def produce(bootstrap, topic, partitions, n, size, acks, timeout):
+def produce(bootstrap, topic, partitions, n, size, acks, timeout, conf=None):
+    """conf: more librdkafka settings (security, for bench/security_bench.py)."""
     p = ck.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5, "enable.idempotence": False,
                      "compression.type": "none", "queue.buffering.max.messages": 1_000_000,
-                     "queue.buffering.max.kbytes": 1_048_576, "message.timeout.ms": int(timeout * 1000)})
+                     "queue.buffering.max.kbytes": 1_048_576, "message.timeout.ms": int(timeout * 1000),
+                     **(conf or {})})
     # Incompressible values (compression is off anyway); a few distinct ones so that
     # building them costs nothing per record.
     values = [os.urandom(size) for _ in range(16)]
@@ -158,11 +160,11 @@ def produce(bootstrap, topic, partitions, n, size, acks, timeout):
     return elapsed, latencies
 
 
-def consume(bootstrap, topic, partitions, n, timeout):
+def consume(bootstrap, topic, partitions, n, timeout, conf=None):
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
                      "enable.auto.commit": False, "enable.partition.eof": False,
                      "fetch.max.bytes": 52_428_800, "max.partition.fetch.bytes": 10_485_760,
-                     "queued.max.messages.kbytes": 262_144})
+                     "queued.max.messages.kbytes": 262_144, **(conf or {})})
     try:
         c.assign([ck.TopicPartition(topic, p, 0) for p in range(partitions)])
         got = 0

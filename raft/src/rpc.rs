@@ -68,6 +68,8 @@ pub async fn write_frame<S: AsyncWrite + Unpin>(stream: &mut S, payload: &[u8]) 
     let len = u32::try_from(payload.len()).map_err(|_| RpcError::FrameTooLarge(payload.len()))?;
     stream.write_all(&len.to_be_bytes()).await?;
     stream.write_all(payload).await?;
+    // A TLS stream may hold the frame's end in its buffer until flushed.
+    stream.flush().await?;
     Ok(())
 }
 

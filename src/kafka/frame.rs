@@ -211,7 +211,15 @@ impl FrameWriter {
     /// to send the small header pieces in full packets, halved consume
     /// throughput in `bench/kafka_bench.py`: not done.)
     pub async fn write(&mut self, frame: &ResponseFrame) -> std::io::Result<()> {
-        self.write_chunks(&frame.chunks).await
+        self.write_chunks(&frame.chunks).await?;
+        // A TLS stream may keep the end of the frame in its buffer after
+        // the last write returns, when the socket was full: flushed here,
+        // or the client would wait for it until the next answer (a Fetch
+        // long-poll timed out after 60 s in bench/security_bench.py).
+        match &mut self.writer {
+            WriteSide::Plain(_) => Ok(()),
+            WriteSide::Tls(w) => w.flush().await,
+        }
     }
 
     async fn write_chunks(&mut self, chunks: &[Chunk]) -> std::io::Result<()> {

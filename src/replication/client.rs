@@ -71,6 +71,8 @@ impl KafkaConnection {
         let expected = self.correlation_id;
         let exchange = async {
             self.stream.write_all(&buf).await?;
+            // Under TLS the request's end may still be buffered.
+            self.stream.flush().await?;
             let mut len = [0u8; 4];
             self.stream.read_exact(&mut len).await?;
             let len = i32::from_be_bytes(len);

@@ -528,3 +528,31 @@ def test_a_tls_listener_without_a_keystore_does_not_start(tmp_path):
     out = subprocess.run(argv + ["--set", f"ssl.keystore.location={tmp_path}/missing.pem"], capture_output=True,
                          timeout=30)
     assert out.returncode != 0 and "missing.pem" in out.stderr.decode(), out.stderr.decode()
+
+
+def test_large_fetches_over_tls_arrive_whole_at_once(secure, certs):
+    """Fetch answers larger than the socket buffer, over TLS: their ends must be
+    flushed with them (they were once left in the TLS buffer until the
+    consumer's request timed out, 60 s later; bench/security_bench.py)."""
+    topic = "sec-large"
+    secure.create_topic(topic, partitions=3, rf=1)
+    secure.wait_topic(topic, 3)
+    plain = ",".join(n.listeners["PLAINTEXT"] for n in secure.nodes.values())
+    p = ck.Producer({"bootstrap.servers": plain, "linger.ms": 20, "acks": 1})
+    payload = os.urandom(1000)
+    for i in range(60_000):
+        while True:
+            try:
+                p.produce(topic, value=payload, partition=i % 3)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    conf = dict(client_conf(certs, "SSL"), max_partition_fetch_bytes=10 << 20, fetch_max_bytes=50 << 20)
+    for round_ in range(3):
+        started = time.monotonic()
+        got = clients.consume_confluent(bootstrap(secure, "SSL"), topic, {0: 20_000, 1: 20_000, 2: 20_000},
+                                        timeout=30, **conf)
+        assert sum(len(v) for v in got.values()) == 60_000
+        assert time.monotonic() - started < 30, f"round {round_}: {time.monotonic() - started:.1f} s"
+
