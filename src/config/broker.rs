@@ -106,6 +106,12 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "a credentials.json ({user, password, ca}) this node presents to other nodes' admin APIs",
     ),
     def(
+        "sasl.server.max.receive.size",
+        Some("524288"),
+        int(1, I32_MAX),
+        "largest frame a SASL listener reads before the client has authenticated",
+    ),
+    def(
         "connection.failed.authentication.delay.ms",
         Some("100"),
         int(0, I32_MAX),

@@ -74,7 +74,10 @@ pub struct ListenerSpec {
 pub enum ConnectionError {
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
-    #[error("frame of {size} bytes is over socket.request.max.bytes ({max})")]
+    #[error(
+        "frame of {size} bytes is over the limit of {max} (socket.request.max.bytes; \
+         sasl.server.max.receive.size before SASL authentication)"
+    )]
     FrameTooLarge { size: usize, max: usize },
     #[error("frame of {0} bytes is too short for a request header")]
     FrameTooShort(usize),
@@ -513,6 +516,10 @@ async fn serve_connection<R: FrameSource>(
     memory: RequestMemory,
 ) -> Result<(), ConnectionError> {
     let max = ctx.settings.u64("socket.request.max.bytes") as usize;
+    // Until a SASL client has authenticated, its frames are bounded by
+    // `sasl.server.max.receive.size` (Kafka's 512 KiB), not by the request
+    // limit: a stranger cannot make the broker hold 100 MB per connection.
+    let before_auth_max = max.min(ctx.settings.u64("sasl.server.max.receive.size") as usize);
     let idle = Duration::from_millis(ctx.settings.u64("connections.max.idle.ms"));
     let mut writer = FrameWriter::new(writer);
     let (tx, mut rx) = mpsc::channel::<oneshot::Receiver<Option<ResponseFrame>>>(MAX_IN_FLIGHT);
@@ -529,7 +536,8 @@ async fn serve_connection<R: FrameSource>(
     let mut read_buf = ReadBuffer::default();
     let mut framing = SaslFraming::Requests;
     let result = loop {
-        let (frame, reserved) = match read_frame(&mut reader, &mut read_buf, max, idle, &memory).await {
+        let limit = if sasl.as_ref().is_some_and(|s| !s.is_authenticated()) { before_auth_max } else { max };
+        let (frame, reserved) = match read_frame(&mut reader, &mut read_buf, limit, idle, &memory).await {
             Ok(Some(f)) => f,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),

@@ -194,6 +194,7 @@ def test_confluent_produces_and_consumes(secure, certs, listener, mechanism):
 @pytest.mark.parametrize("listener,mechanism", [
     ("SSL", None),
     ("SASL_SSL", "SCRAM-SHA-512"),
+    ("SASL_SSL", "SCRAM-SHA-256"),
     ("SASL_SSL", "PLAIN"),
     ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
 ])
@@ -213,13 +214,21 @@ def test_kafka_python_produces_and_consumes(secure, certs, listener, mechanism):
     clients.assert_same(records, got, delivered)
 
 
-def test_kcat_over_sasl_ssl(secure, certs, kcat):
-    topic = "sec-kcat"
+@pytest.mark.parametrize("listener,mechanism", [
+    ("SSL", None),
+    ("SASL_SSL", "PLAIN"),
+    ("SASL_SSL", "SCRAM-SHA-256"),
+    ("SASL_SSL", "SCRAM-SHA-512"),
+])
+def test_kcat_produces_and_consumes(secure, certs, kcat, listener, mechanism):
+    topic = f"sec-kcat-{listener}-{mechanism}".lower()
     secure.create_topic(topic, partitions=1, rf=3)
     secure.wait_topic(topic, 1)
-    common = [kcat, "-b", bootstrap(secure, "SASL_SSL"), "-X", "security.protocol=SASL_SSL",
-              "-X", "sasl.mechanisms=SCRAM-SHA-512", "-X", "sasl.username=alice", "-X", f"sasl.password={PASSWORD}",
+    common = [kcat, "-b", bootstrap(secure, listener), "-X", f"security.protocol={listener}",
               "-X", f"ssl.ca.location={certs}/ca.pem", "-t", topic]
+    if mechanism:
+        common += ["-X", f"sasl.mechanisms={mechanism}", "-X", "sasl.username=alice",
+                   "-X", f"sasl.password={PASSWORD}"]
     lines = [f"line-{i}" for i in range(50)]
     p = subprocess.run(common + ["-P"], input="\n".join(lines).encode() + b"\n", capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr.decode()[-2000:]
@@ -377,7 +386,7 @@ def test_malformed_sasl_exchanges_are_refused_without_harm(secure, certs):
         ("SCRAM-SHA-256", b"garbage"),
         ("SCRAM-SHA-256", b"p=tls-unique,,n=alice,r=abc"),
         ("SCRAM-SHA-512", b"\xff\xfe\x00 not utf-8"),
-        ("SCRAM-SHA-512", b"n,,n=alice,r=" + b"x" * (2 << 20)),  # a 2 MB SaslAuthenticate
+        ("SCRAM-SHA-512", b"n,,n=alice,r=" + b"x" * (100 << 10)),  # past the 64 KiB a SCRAM message may have
     ]
     for mechanism, payload in cases:
         s = connect(addr)
@@ -385,6 +394,18 @@ def test_malformed_sasl_exchanges_are_refused_without_harm(secure, certs):
         err, msg, _ = sasl_authenticate(s, payload)
         assert err == SASL_AUTHENTICATION_FAILED, (mechanism, payload[:40], err, msg)
         assert closed(s)
+
+    # A 2 MB SaslAuthenticate: past sasl.server.max.receive.size (512 KiB) before
+    # authentication, so the frame is not even read; the connection is closed.
+    s = connect(addr)
+    assert sasl_handshake(s, "SCRAM-SHA-512")[0] == 0
+    try:
+        s.sendall(wire.request(API_SASL_AUTHENTICATE, 1, 2, wire.nbytes(b"n,,n=alice,r=" + b"x" * (2 << 20))))
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert closed(s)
+    harness.wait_for("the refusal in the log", 10,
+                     lambda: any("sasl.server.max.receive.size" in n.log_tail(200) for n in secure.nodes.values()))
 
     # A final message with a nonce other than the server's.
     s = connect(addr)
