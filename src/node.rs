@@ -62,6 +62,8 @@ pub struct NodeContext {
     pub authorizer: Authorizer,
     /// HTTPS, authentication and peer credentials of the admin API.
     pub admin_security: AdminSecurity,
+    /// Client quota rates.
+    pub quotas: crate::security::quotas::QuotaManager,
 }
 
 /// Longest a request waits for the data plane to enact metadata this node has already applied.
@@ -78,6 +80,22 @@ impl NodeContext {
         name: &str,
     ) -> bool {
         self.authorizer.authorize(image, &client.principal, client.host, op, resource, name)
+    }
+
+    /// Records `bytes` of a produce or fetch against `client`'s quota; the
+    /// throttle time in ms, which also mutes the client's connection.
+    pub fn throttle(&self, client: &Client, kind: crate::security::quotas::QuotaKind, bytes: usize) -> i32 {
+        let image = self.quorum.image();
+        if image.client_quotas.is_empty() {
+            return 0;
+        }
+        let client_id = client.id.as_deref().unwrap_or("");
+        let now = crate::clock::mono_ms() as u64;
+        let ms = self.quotas.record(&image, kind, &client.principal, client_id, bytes, now);
+        if ms > 0 {
+            client.mute.mute_for(ms);
+        }
+        ms.min(i32::MAX as u64) as i32
     }
 
     /// Whether `client` may do `op` on the cluster.
@@ -305,6 +323,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         groups: Arc::new(GroupCoordinator::new(settings.clone(), replicas.clone())),
         authorizer: Authorizer::from_settings(&settings),
         admin_security,
+        quotas: crate::security::quotas::QuotaManager::from_settings(&settings),
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -14,7 +14,9 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
-use crate::records::{AclBinding, BrokerState, ConfigResource, LeaderChange, MetadataRecord, ScramCredential, TopicId};
+use crate::records::{
+    AclBinding, BrokerState, ConfigResource, LeaderChange, MetadataRecord, QuotaEntity, ScramCredential, TopicId,
+};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
@@ -204,6 +206,8 @@ pub struct MetadataImage {
     /// SCRAM credentials by user, then by mechanism code.
     pub scram_credentials: BTreeMap<String, BTreeMap<i8, ScramCredential>>,
     pub acls: BTreeSet<AclBinding>,
+    /// Client quotas (`producer_byte_rate`, `consumer_byte_rate`, `request_percentage`) by entity.
+    pub client_quotas: BTreeMap<QuotaEntity, BTreeMap<String, f64>>,
     /// What a reader derives from `acls` (the authorizer's index), built
     /// once per set of ACLs and shared by every image that has that set:
     /// not stored, and replaced whenever an ACL record applies.
@@ -325,6 +329,19 @@ impl MetadataImage {
                     self.acl_cache = DerivedCache::default();
                 }
             }
+            MetadataRecord::ClientQuota { entity, key, value } => match value {
+                Some(v) => {
+                    self.client_quotas.entry(entity.clone()).or_default().insert(key.clone(), *v);
+                }
+                None => {
+                    if let Some(values) = self.client_quotas.get_mut(entity) {
+                        values.remove(key);
+                        if values.is_empty() {
+                            self.client_quotas.remove(entity);
+                        }
+                    }
+                }
+            },
             MetadataRecord::RemoveUserScramCredential { name, mechanism } => {
                 if let Some(user) = self.scram_credentials.get_mut(name) {
                     user.remove(mechanism);

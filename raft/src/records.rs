@@ -173,6 +173,28 @@ pub enum MetadataRecord {
     RemoveAcl {
         binding: AclBinding,
     },
+    /// Sets (`Some`) or removes one client quota value (KRaft's ClientQuotaRecord).
+    ClientQuota {
+        entity: QuotaEntity,
+        key: String,
+        value: Option<f64>,
+    },
+}
+
+/// One part of a quota entity: not part of it, the default, or a name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum EntityName {
+    Unset,
+    Default,
+    Named(String),
+}
+
+/// Who a client quota applies to (KIP-55): a user, a client id, or both;
+/// each a name or the default.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct QuotaEntity {
+    pub user: EntityName,
+    pub client_id: EntityName,
 }
 
 /// An ACL in Kafka's model, with Kafka's numeric codes: who (principal and

@@ -111,6 +111,8 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         int(1, I32_MAX),
         "largest frame a SASL listener reads before the client has authenticated",
     ),
+    def("quota.window.num", Some("11"), int(2, 1000), "windows client quota rates are measured over"),
+    def("quota.window.size.seconds", Some("1"), int(1, 3600), "length of one client quota window"),
     def(
         "connection.failed.authentication.delay.ms",
         Some("100"),

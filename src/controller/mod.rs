@@ -410,6 +410,18 @@ impl Controller {
                 vec![MetadataRecord::UnregisterBroker { broker_id: *broker_id }]
             }
             ControllerRequest::AlterScramCredentials { changes } => crate::security::users::records(changes)?,
+            ControllerRequest::AlterClientQuotas { changes } => {
+                let mut records = Vec::with_capacity(changes.len());
+                for (entity, key, value) in changes {
+                    crate::security::quotas::check(entity, key, *value)?;
+                    records.push(MetadataRecord::ClientQuota {
+                        entity: entity.clone(),
+                        key: key.clone(),
+                        value: *value,
+                    });
+                }
+                records
+            }
             ControllerRequest::AlterAcls { add, remove } => {
                 for b in add {
                     crate::security::acl::check_binding(b)
@@ -791,6 +803,9 @@ fn log_admin_write(request: &ControllerRequest, index: u64) {
         ControllerRequest::Unregister { broker_id } => tracing::info!(broker_id, index, "broker unregistered"),
         ControllerRequest::AlterAcls { add, remove } => {
             tracing::info!(added = ?add, removed = ?remove, index, "ACLs changed")
+        }
+        ControllerRequest::AlterClientQuotas { changes } => {
+            tracing::info!(?changes, index, "client quotas changed")
         }
         ControllerRequest::AlterScramCredentials { changes } => {
             // Names and mechanisms only: never a key.

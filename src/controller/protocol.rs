@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use strom_raft::records::{AclBinding, ScramCredential};
+use strom_raft::records::{AclBinding, QuotaEntity, ScramCredential};
 
 use crate::error::ApiError;
 
@@ -117,6 +117,10 @@ pub enum ControllerRequest {
     /// Kafka's mechanism code, all at once.
     AlterScramCredentials {
         changes: Vec<(String, i8, Option<ScramCredential>)>,
+    },
+    /// Sets (`Some`) or removes client quota values, all at once.
+    AlterClientQuotas {
+        changes: Vec<(QuotaEntity, String, Option<f64>)>,
     },
     /// Adds and removes ACLs, all at once.
     AlterAcls {

@@ -384,7 +384,8 @@ async fn accept_connection(
     memory: RequestMemory,
 ) -> Result<(), ConnectionError> {
     stream.set_nodelay(true)?;
-    let mut session = Session { host: peer.ip(), listener: spec.name.clone(), principal: Arc::from(ANONYMOUS) };
+    let mut session =
+        Session { host: peer.ip(), listener: spec.name.clone(), principal: Arc::from(ANONYMOUS), mute: Arc::default() };
     let sasl = spec.protocol.uses_sasl().then(|| SaslExchange::new(spec.sasl.clone(), sasl_fake_key()));
     let Some(tls) = &spec.tls else {
         let (reader, writer) = stream.into_split();
@@ -536,12 +537,17 @@ async fn serve_connection<R: FrameSource>(
     let mut read_buf = ReadBuffer::default();
     let mut framing = SaslFraming::Requests;
     let result = loop {
+        // A client over its quota is muted: nothing more is read until its throttle time is over.
+        session.mute.wait().await;
         let limit = if sasl.as_ref().is_some_and(|s| !s.is_authenticated()) { before_auth_max } else { max };
         let (frame, reserved) = match read_frame(&mut reader, &mut read_buf, limit, idle, &memory).await {
             Ok(Some(f)) => f,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
+        // A throttle decided while this frame was being read (a Fetch's is
+        // known only once its answer is) holds it too.
+        session.mute.wait().await;
         let (done_tx, done_rx) = oneshot::channel();
         let mut closing = Ok(());
         if let (SaslFraming::BareTokens, Some(exchange)) = (framing, sasl.as_mut()) {

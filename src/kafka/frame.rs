@@ -73,6 +73,11 @@ impl RecordSlices {
     pub fn is_empty(&self) -> bool {
         self.slices.is_empty()
     }
+
+    /// The bytes of every range.
+    pub fn len(&self) -> usize {
+        self.slices.iter().map(FileSlice::len).sum()
+    }
 }
 
 fn marker(sequence: u32) -> Bytes {

@@ -15,6 +15,7 @@ use super::connection::{encode_response, Request};
 use super::frame::{RecordSlices, ResponseFrame};
 use super::handlers;
 use crate::node::NodeContext;
+use crate::security::quotas::QuotaKind;
 
 /// (API, lowest version, highest version) that Strom implements.
 pub const APIS: &[(ApiKey, i16, i16)] = &[
@@ -57,6 +58,8 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 pub fn supported(api: ApiKey) -> Option<VersionRange> {
@@ -92,6 +95,32 @@ pub struct Client {
     /// Who sent it: `User:NAME` after SASL, `User:<certificate subject>`
     /// for a TLS client certificate, else `User:ANONYMOUS`.
     pub principal: Arc<str>,
+    /// The connection's mute, for quota throttling.
+    pub mute: Arc<Mute>,
+}
+
+/// Until when a connection reads nothing more (KIP-219: a throttled
+/// client's connection is muted for its throttle time).
+#[derive(Debug, Default)]
+pub struct Mute {
+    /// `clock::mono_ms` of the end of the mute; 0: not muted.
+    until_ms: std::sync::atomic::AtomicI64,
+}
+
+impl Mute {
+    pub fn mute_for(&self, ms: u64) {
+        let until = crate::clock::mono_ms() + ms as i64;
+        self.until_ms.fetch_max(until, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Waits out the mute, if any.
+    pub async fn wait(&self) {
+        let until = self.until_ms.load(std::sync::atomic::Ordering::Acquire);
+        let left = until - crate::clock::mono_ms();
+        if left > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(left as u64)).await;
+        }
+    }
 }
 
 /// What a connection knows about its client.
@@ -100,6 +129,7 @@ pub struct Session {
     pub host: IpAddr,
     pub listener: Arc<str>,
     pub principal: Arc<str>,
+    pub mute: Arc<Mute>,
 }
 
 /// A response being worked out; `None` when no answer is due (acks=0).
@@ -116,12 +146,22 @@ pub fn dispatch(ctx: Arc<NodeContext>, request: Request, session: &Session) -> P
         id: request.header.client_id.clone(),
         listener: session.listener.clone(),
         principal: session.principal.clone(),
+        mute: session.mute.clone(),
     };
     match request.body {
         RequestKind::Produce(r) => {
+            let bytes: usize = r
+                .topic_data
+                .iter()
+                .flat_map(|t| t.partition_data.iter())
+                .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+                .sum();
             let in_flight = handlers::produce::append(&ctx, r, version, &client);
+            let throttle_ms = ctx.throttle(&client, QuotaKind::Produce, bytes);
             Box::pin(async move {
-                let response = ResponseKind::Produce(in_flight.finish().await?);
+                let mut produced = in_flight.finish().await?;
+                produced.throttle_time_ms = throttle_ms;
+                let response = ResponseKind::Produce(produced);
                 encode(api, version, correlation_id, &response, RecordSlices::default())
             })
         }
@@ -190,7 +230,11 @@ async fn handle(
             ResponseKind::OffsetDelete(handlers::groups::delete_offsets(ctx, r, &client).await)
         }
         RequestKind::Fetch(r) => {
-            let (response, slices) = handlers::fetch::handle(ctx, r, version, &client).await;
+            let follower = r.replica_id.0 >= 0 || r.replica_state.replica_id.0 >= 0;
+            let (mut response, slices) = handlers::fetch::handle(ctx, r, version, &client).await;
+            if !follower {
+                response.throttle_time_ms = ctx.throttle(&client, QuotaKind::Fetch, slices.len());
+            }
             records = slices;
             ResponseKind::Fetch(response)
         }
@@ -227,6 +271,8 @@ async fn handle(
         RequestKind::DescribeCluster(r) => {
             ResponseKind::DescribeCluster(handlers::cluster::describe(ctx, r, version, &client))
         }
+        RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(handlers::quotas::describe(ctx, r)),
+        RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(handlers::quotas::alter(ctx, r).await),
         RequestKind::CreateAcls(r) => ResponseKind::CreateAcls(handlers::acls::create(ctx, r).await),
         RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(handlers::acls::describe(ctx, r)),
         RequestKind::DeleteAcls(r) => ResponseKind::DeleteAcls(handlers::acls::delete(ctx, r).await),

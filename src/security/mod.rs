@@ -10,6 +10,7 @@
 pub mod acl;
 pub mod certs;
 pub mod listeners;
+pub mod quotas;
 pub mod sasl;
 pub mod scram;
 pub mod tls;

@@ -524,7 +524,7 @@ def test_a_renewed_certificate_is_used_by_new_connections(make_cluster, tmp_path
 
 
 @pytest.mark.parametrize("args,reason", [
-    (["--set", "listeners=SASL_SSL://127.0.0.1:{p}"], "PLAINTEXT only"),
+    (["--set", "listeners=SASL_SSL://127.0.0.1:{p}"], "not SASL"),
     (["--set", "listeners=CLIENTS://127.0.0.1:{p}"], "no security protocol"),
     (["--set", "listeners=PLAINTEXT://127.0.0.1:{p}", "--kafka", "127.0.0.1:{q}"], "use one"),
     (["--set", "listeners=PLAINTEXT:127.0.0.1:{p}"], "NAME://HOST:PORT"),

@@ -19,6 +19,8 @@ pub fn cluster_operation(api: ApiKey) -> Option<Operation> {
         DescribeCluster | ListPartitionReassignments | DescribeQuorum | DescribeUserScramCredentials | DescribeAcls => {
             Some(Operation::Describe)
         }
+        DescribeClientQuotas => Some(Operation::DescribeConfigs),
+        AlterClientQuotas => Some(Operation::AlterConfigs),
         AlterPartitionReassignments
         | UnregisterBroker
         | AddRaftVoter
@@ -86,6 +88,31 @@ pub fn refusal(body: RequestKind) -> Option<ResponseKind> {
                 r.creations
                     .iter()
                     .map(|_| AclCreationResult::default().with_error_code(code).with_error_message(message()))
+                    .collect(),
+            ),
+        ),
+        RequestKind::DescribeClientQuotas(_) => ResponseKind::DescribeClientQuotas(
+            DescribeClientQuotasResponse::default().with_error_code(code).with_error_message(message()),
+        ),
+        RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
+            AlterClientQuotasResponse::default().with_entries(
+                r.entries
+                    .iter()
+                    .map(|e| {
+                        alter_client_quotas_response::EntryData::default()
+                            .with_error_code(code)
+                            .with_error_message(message())
+                            .with_entity(
+                                e.entity
+                                    .iter()
+                                    .map(|p| {
+                                        alter_client_quotas_response::EntityData::default()
+                                            .with_entity_type(p.entity_type.clone())
+                                            .with_entity_name(p.entity_name.clone())
+                                    })
+                                    .collect(),
+                            )
+                    })
                     .collect(),
             ),
         ),

@@ -11,6 +11,7 @@ pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
 pub mod quorum;
+pub mod quotas;
 pub mod reassignments;
 pub mod topics;
 pub mod users;
