@@ -369,7 +369,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
             settings.int("replica.fetch.max.bytes").unwrap_or(1 << 20) as i32,
             settings.int("replica.fetch.response.max.bytes").unwrap_or(10 << 20) as i32,
         ),
-        node_tls.as_ref().filter(|_| config.listeners[0].protocol.uses_tls()).map(|t| t.client.clone()),
+        node_tls.clone().filter(|_| config.listeners[0].protocol.uses_tls()),
     ));
     let fetcher_task = tokio::spawn(fetchers.run(stop_rx.clone()));
     let isr_task = tokio::spawn(crate::replication::isr_sync::run(

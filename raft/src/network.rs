@@ -17,7 +17,7 @@ use crate::types::{NodeId, TypeConfig};
 /// Makes the connections to peers: plain, or mutual TLS.
 #[derive(Clone, Default)]
 pub struct NetworkFactory {
-    pub tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    pub tls: Option<crate::tls::NodeTls>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {

@@ -105,7 +105,7 @@ impl Quorum {
         .validate()
         .map_err(|e| QuorumError::Config(e.to_string()))?;
 
-        let network = NetworkFactory { tls: config.tls.as_ref().map(|t| t.client.clone()) };
+        let network = NetworkFactory { tls: config.tls.clone() };
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log_store, state_machine)
             .await
             .map_err(|e| QuorumError::Raft(e.to_string()))?;
@@ -114,7 +114,7 @@ impl Quorum {
             .await
             .map_err(|source| QuorumError::Bind { addr: config.raft_addr.clone(), source })?;
         let contact = LeaderContact::default();
-        let server_tls = config.tls.as_ref().map(|t| t.server.clone());
+        let server_tls = config.tls.clone();
         let server = tokio::spawn(server::serve(listener, raft.clone(), app, contact.clone(), server_tls));
 
         let quorum = Self {

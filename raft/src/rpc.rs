@@ -12,13 +12,11 @@ use openraft::raft::{
     VoteResponse,
 };
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
-
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::codec::{self, CodecError};
-use crate::tls::{self, ClientStream};
+use crate::tls::{self, ClientStream, NodeTls};
 use crate::types::{NodeId, TypeConfig};
 
 /// The largest frame either side accepts. Snapshot chunks are sized well below.
@@ -104,7 +102,7 @@ pub struct Connection {
     addr: String,
     stream: Option<ClientStream>,
     /// Mutual TLS to the peer (`quorum.security.protocol=SSL`).
-    tls: Option<Arc<rustls::ClientConfig>>,
+    tls: Option<NodeTls>,
 }
 
 impl std::fmt::Debug for ClientStream {
@@ -118,7 +116,7 @@ impl Connection {
         Self::with_tls(addr, None)
     }
 
-    pub fn with_tls(addr: impl Into<String>, tls: Option<Arc<rustls::ClientConfig>>) -> Self {
+    pub fn with_tls(addr: impl Into<String>, tls: Option<NodeTls>) -> Self {
         Self { addr: addr.into(), stream: None, tls }
     }
 
@@ -139,7 +137,8 @@ impl Connection {
             }
             tracing::debug!(addr = %self.addr, "idle connection closed by the peer; reconnecting");
         }
-        match tls::connect(&self.addr, self.tls.as_ref(), CONNECT_TIMEOUT).await {
+        let config = self.tls.as_ref().map(NodeTls::client);
+        match tls::connect(&self.addr, config.as_ref(), CONNECT_TIMEOUT).await {
             Ok(stream) => Ok(stream),
             Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Err(RpcError::ConnectTimeout(self.addr.clone())),
             Err(source) => Err(RpcError::Connect { addr: self.addr.clone(), source }),

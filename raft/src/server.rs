@@ -53,7 +53,7 @@ pub async fn serve(
     raft: Raft,
     app: Arc<dyn AppHandler>,
     contact: LeaderContact,
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<crate::tls::NodeTls>,
 ) {
     let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -69,9 +69,9 @@ pub async fn serve(
         let raft = raft.clone();
         let app = app.clone();
         let contact = contact.clone();
-        let tls = tls.clone();
+        let config = tls.as_ref().map(crate::tls::NodeTls::server);
         tokio::spawn(async move {
-            match crate::tls::accept(stream, tls.as_ref(), HANDSHAKE_TIMEOUT).await {
+            match crate::tls::accept(stream, config.as_ref(), HANDSHAKE_TIMEOUT).await {
                 Ok(stream) => {
                     if let Err(e) = serve_connection(stream, raft, app, contact).await {
                         tracing::debug!(%peer, error = %e, "raft connection closed");

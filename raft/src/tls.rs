@@ -14,12 +14,40 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+/// Where the TLS configurations of a node's connections come from: asked
+/// at each new connection, so renewed certificates are picked up.
+pub trait TlsConfigs: Send + Sync + 'static {
+    fn client(&self) -> Arc<rustls::ClientConfig>;
+    fn server(&self) -> Arc<rustls::ServerConfig>;
+}
+
 /// The TLS configurations of a node's connections to and from other nodes:
 /// each side shows its certificate and checks the other's (mutual TLS).
 #[derive(Clone)]
-pub struct NodeTls {
-    pub client: Arc<rustls::ClientConfig>,
-    pub server: Arc<rustls::ServerConfig>,
+pub struct NodeTls(pub Arc<dyn TlsConfigs>);
+
+impl NodeTls {
+    /// Fixed configurations (tests, and sources that never change).
+    pub fn fixed(client: Arc<rustls::ClientConfig>, server: Arc<rustls::ServerConfig>) -> Self {
+        struct Fixed(Arc<rustls::ClientConfig>, Arc<rustls::ServerConfig>);
+        impl TlsConfigs for Fixed {
+            fn client(&self) -> Arc<rustls::ClientConfig> {
+                self.0.clone()
+            }
+            fn server(&self) -> Arc<rustls::ServerConfig> {
+                self.1.clone()
+            }
+        }
+        Self(Arc::new(Fixed(client, server)))
+    }
+
+    pub fn client(&self) -> Arc<rustls::ClientConfig> {
+        self.0.client()
+    }
+
+    pub fn server(&self) -> Arc<rustls::ServerConfig> {
+        self.0.server()
+    }
 }
 
 impl std::fmt::Debug for NodeTls {

@@ -44,7 +44,7 @@ impl ControllerClient {
     ) -> Result<ControllerResponse, bool> {
         let bytes = codec::encode(request).map_err(|_| false)?;
         let mut conns = self.connections.lock().await;
-        let tls = self.quorum.node_tls().map(|t| t.client.clone());
+        let tls = self.quorum.node_tls().cloned();
         let conn = conns.entry(addr.to_string()).or_insert_with(|| Connection::with_tls(addr, tls));
         match conn.call_app(bytes, timeout).await {
             Ok(answer) => codec::decode(&answer).map_err(|e| {

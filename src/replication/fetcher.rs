@@ -48,7 +48,7 @@ pub struct FetcherManager {
     /// Bytes per fetch response (`replica.fetch.response.max.bytes`).
     response_fetch_bytes: i32,
     /// Mutual TLS to the leaders (an SSL inter-broker listener).
-    tls: Option<Arc<rustls::ClientConfig>>,
+    tls: Option<strom_raft::tls::NodeTls>,
 }
 
 struct FetcherHandle {
@@ -64,7 +64,7 @@ impl FetcherManager {
         quorum: Arc<Quorum>,
         fetch_wait_ms: i32,
         fetch_bytes: (i32, i32),
-        tls: Option<Arc<rustls::ClientConfig>>,
+        tls: Option<strom_raft::tls::NodeTls>,
     ) -> Self {
         let (partition_fetch_bytes, response_fetch_bytes) = fetch_bytes;
         Self { broker_id, replicas, quorum, fetch_wait_ms, partition_fetch_bytes, response_fetch_bytes, tls }
@@ -154,7 +154,8 @@ impl FetcherManager {
                     tokio::time::sleep(RETRY_BACKOFF).await;
                     continue;
                 };
-                match KafkaConnection::connect(&addr, &client_id, self.tls.as_ref()).await {
+                let tls = self.tls.as_ref().map(strom_raft::tls::NodeTls::client);
+                match KafkaConnection::connect(&addr, &client_id, tls.as_ref()).await {
                     Ok(c) => conn = Some(c),
                     Err(e) => {
                         tracing::debug!(leader, %addr, error = %e, "cannot reach the leader");

@@ -41,7 +41,7 @@ pub struct TlsSource {
 }
 
 struct Loaded {
-    stamps: Vec<Option<(SystemTime, u64)>>,
+    stamps: Vec<FileStamp>,
     acceptor: TlsAcceptor,
 }
 
@@ -88,7 +88,7 @@ impl TlsSource {
     }
 }
 
-fn stamps(keystore: &Path, truststore: Option<&Path>) -> Vec<Option<(SystemTime, u64)>> {
+fn stamps(keystore: &Path, truststore: Option<&Path>) -> Vec<FileStamp> {
     std::iter::once(keystore)
         .chain(truststore)
         .map(|p| std::fs::metadata(p).ok().and_then(|m| Some((m.modified().ok()?, m.len()))))
@@ -143,7 +143,8 @@ fn server_config(keystore: &Path, truststore: Option<&Path>, client_auth: Client
 /// Mutual TLS between nodes (`quorum.security.protocol=SSL`, or an SSL
 /// inter-broker listener): each node shows the certificate of
 /// `ssl.keystore.location` and accepts only peers whose certificate chains
-/// to `ssl.truststore.location`'s CAs. Loaded once, at start.
+/// to `ssl.truststore.location`'s CAs. Like the listeners' TLS, the files
+/// are checked at each new connection and reloaded when they change.
 pub fn node_tls(settings: &Settings) -> Result<strom_raft::tls::NodeTls, String> {
     let keystore = settings
         .get("ssl.keystore.location")
@@ -153,8 +154,57 @@ pub fn node_tls(settings: &Settings) -> Result<strom_raft::tls::NodeTls, String>
         .get("ssl.truststore.location")
         .map(PathBuf::from)
         .ok_or("TLS between nodes needs ssl.truststore.location: the CA that signed every node's certificate")?;
-    let roots = Arc::new(load_roots(&truststore)?);
-    let (chain, key) = (load_certs(&keystore)?, load_key(&keystore)?);
+    let stamps = stamps(&keystore, Some(&truststore));
+    let configs = node_configs(&keystore, &truststore)?;
+    let source = NodeTlsSource { keystore, truststore, loaded: Mutex::new((stamps, configs)) };
+    Ok(strom_raft::tls::NodeTls(Arc::new(source)))
+}
+
+type NodeConfigs = (Arc<rustls::ClientConfig>, Arc<ServerConfig>);
+/// A file's modification time and length (`None`: it could not be read).
+type FileStamp = Option<(SystemTime, u64)>;
+
+/// The node TLS configurations, reloaded when their files change.
+struct NodeTlsSource {
+    keystore: PathBuf,
+    truststore: PathBuf,
+    /// The files' stamps when last loaded, and what they gave.
+    loaded: Mutex<(Vec<FileStamp>, NodeConfigs)>,
+}
+
+impl NodeTlsSource {
+    fn current(&self) -> NodeConfigs {
+        let now = stamps(&self.keystore, Some(&self.truststore));
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if now != loaded.0 {
+            loaded.0 = now;
+            match node_configs(&self.keystore, &self.truststore) {
+                Ok(configs) => {
+                    loaded.1 = configs;
+                    tracing::info!(keystore = %self.keystore.display(), "node TLS certificates reloaded");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "node TLS files changed but do not load; keeping the previous ones")
+                }
+            }
+        }
+        loaded.1.clone()
+    }
+}
+
+impl strom_raft::tls::TlsConfigs for NodeTlsSource {
+    fn client(&self) -> Arc<rustls::ClientConfig> {
+        self.current().0
+    }
+
+    fn server(&self) -> Arc<ServerConfig> {
+        self.current().1
+    }
+}
+
+fn node_configs(keystore: &Path, truststore: &Path) -> Result<NodeConfigs, String> {
+    let roots = Arc::new(load_roots(truststore)?);
+    let (chain, key) = (load_certs(keystore)?, load_key(keystore)?);
     let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
         .build()
         .map_err(|e| format!("{}: {e}", truststore.display()))?;
@@ -170,7 +220,7 @@ pub fn node_tls(settings: &Settings) -> Result<strom_raft::tls::NodeTls, String>
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
         .map_err(|e| format!("{}: {e}", keystore.display()))?;
-    Ok(strom_raft::tls::NodeTls { client: Arc::new(client), server: Arc::new(server) })
+    Ok((Arc::new(client), Arc::new(server)))
 }
 
 /// A client certificate's subject as Kafka's default principal builder
@@ -247,5 +297,27 @@ mod tests {
         assert!(!Arc::ptr_eq(before.config(), source.acceptor().config()), "a renewed file is picked up");
         settings.set("ssl.client.auth", "required").expect("set");
         assert!(TlsSource::from_settings(&settings).err().is_some_and(|e| e.contains("ssl.truststore.location")));
+    }
+
+    #[test]
+    fn node_certificates_are_reloaded_for_new_connections() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ca = certs::Authority::generate("Strom test CA").expect("ca");
+        let (keystore, truststore) = (dir.path().join("node.pem"), dir.path().join("ca.pem"));
+        std::fs::write(&keystore, ca.issue_node("n", &["127.0.0.1"]).expect("leaf").keystore_pem()).expect("write");
+        std::fs::write(&truststore, ca.cert_pem()).expect("write");
+        let mut settings = Settings::default();
+        assert!(node_tls(&settings).err().is_some_and(|e| e.contains("ssl.keystore.location")));
+        settings.set("ssl.keystore.location", &keystore.display().to_string()).expect("set");
+        settings.set("ssl.truststore.location", &truststore.display().to_string()).expect("set");
+        let tls = node_tls(&settings).expect("loads");
+        let (client, server) = (tls.client(), tls.server());
+        assert!(Arc::ptr_eq(&client, &tls.client()) && Arc::ptr_eq(&server, &tls.server()), "unchanged: kept");
+        std::fs::write(&keystore, ca.issue_node("renewed", &["127.0.0.1", "localhost"]).expect("leaf").keystore_pem())
+            .expect("write");
+        let renewed = tls.client();
+        assert!(!Arc::ptr_eq(&client, &renewed), "a renewed certificate is used by the next connection");
+        std::fs::write(&keystore, "garbage, and longer than any certificate file written above ........").expect("write");
+        assert!(Arc::ptr_eq(&renewed, &tls.client()), "a file that does not load keeps the last good one");
     }
 }
