@@ -15,6 +15,7 @@ mod groups;
 pub mod metrics;
 mod openapi;
 mod quorum;
+mod quotas;
 mod reassignments;
 mod topics;
 mod users;
@@ -146,6 +147,7 @@ pub fn router(ctx: Arc<NodeContext>) -> Router {
         .route("/v1/internal/quorum", get(quorum::internal))
         .route("/v1/users", get(users::list).post(users::create))
         .route("/v1/acls", get(acls::list).post(acls::create).delete(acls::delete))
+        .route("/v1/quotas", get(quotas::list).patch(quotas::patch))
         .route("/v1/users/{name}", axum::routing::delete(users::delete))
         .route("/v1/internal/reassignment-progress", get(reassignments::internal_progress))
         .route_layer(axum::middleware::from_fn_with_state(ctx.clone(), auth::guard))

@@ -130,6 +130,10 @@ pub fn spec() -> Value {
                     "responses": op("", &[("200", "the ACLs removed"), ("400", "INVALID_REQUEST: an unknown value or a malformed body"), ("503", "no controller")])["responses"].clone(),
                 },
             },
+            "/v1/quotas": {
+                "get": op("Client quotas by entity (user and/or client id; \"<default>\" for the default)", &[("200", "quotas")]),
+                "patch": with_body(op("Set (number) or remove (null) one entity's quotas, all or nothing", &[("200", "every entity's quotas"), ("400", "INVALID_REQUEST: no entity, an unknown key, a value that is not positive, a malformed body"), ("503", "no controller")]), "QuotaChanges"),
+            },
             "/v1/openapi.json": {"get": op("This document", &[("200", "OpenAPI 3")])},
         },
         "components": {"schemas": {
@@ -149,6 +153,11 @@ pub fn spec() -> Value {
                 "password": {"type": "string", "minLength": 1},
                 "mechanism": {"type": "string", "enum": ["SCRAM-SHA-256", "SCRAM-SHA-512"]},
                 "iterations": {"type": "integer", "minimum": 4096, "maximum": 16384, "default": 4096}}},
+            "QuotaChanges": {"type": "object", "required": ["quotas"], "additionalProperties": false, "properties": {
+                "user": {"type": "string", "description": "a user name, or <default>"},
+                "client_id": {"type": "string", "description": "a client id, or <default>"},
+                "quotas": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "nullable": true},
+                    "description": "producer_byte_rate, consumer_byte_rate, request_percentage (stored, not enforced)"}}},
             "Acl": {"type": "object", "required": ["principal", "resource_type", "operation", "permission"], "additionalProperties": false, "properties": acl_properties()},
             "AclFilter": {"type": "object", "additionalProperties": false, "properties": acl_properties()},
             "AddVoter": {"type": "object", "required": ["id"], "additionalProperties": false, "properties": {"id": {"type": "integer", "minimum": 0}}},

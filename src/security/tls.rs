@@ -317,7 +317,8 @@ mod tests {
             .expect("write");
         let renewed = tls.client();
         assert!(!Arc::ptr_eq(&client, &renewed), "a renewed certificate is used by the next connection");
-        std::fs::write(&keystore, "garbage, and longer than any certificate file written above ........").expect("write");
+        std::fs::write(&keystore, "garbage, and longer than any certificate file written above ........")
+            .expect("write");
         assert!(Arc::ptr_eq(&renewed, &tls.client()), "a file that does not load keeps the last good one");
     }
 }

@@ -139,3 +139,21 @@ def test_quota_requests_that_do_not_fit_are_refused(quota_cluster):
     assert alter_quota(addr, [("user", None)], "producer_byte_rate", 5.0) == 0, "the default user"
     assert alter_quota(addr, [("user", None)], "producer_byte_rate", 0.0, remove=True) == 0
     assert describe_quotas(addr, "client-id", "c") == {}
+
+
+def test_quotas_through_the_admin_api(quota_cluster):
+    c = quota_cluster
+    addr = c.node(1).kafka_addr
+    status, body = c.send(1, "PATCH", "/v1/quotas", {"client_id": "api-client", "quotas": {"producer_byte_rate": 5000}})
+    assert status == 200 and {"user": None, "client_id": "api-client", "quotas": {"producer_byte_rate": 5000.0}} in body
+    assert describe_quotas(addr, "client-id", "api-client") == {"producer_byte_rate": 5000.0}, "the same records"
+    status, body = c.send(1, "PATCH", "/v1/quotas", {"user": "<default>", "quotas": {"consumer_byte_rate": 7.5}})
+    assert status == 200 and {"user": "<default>", "client_id": None, "quotas": {"consumer_byte_rate": 7.5}} in body
+    for bad in [{"quotas": {"producer_byte_rate": 1}}, {"client_id": "x", "quotas": {"bogus": 1}},
+                {"client_id": "x", "quotas": {"producer_byte_rate": 0}}, {"client_id": "x", "quotas": {}},
+                {"client_id": "x"}]:
+        status, body = c.send(1, "PATCH", "/v1/quotas", bad)
+        assert (status, body["error"]) == (400, "INVALID_REQUEST"), (bad, status, body)
+    status, body = c.send(1, "PATCH", "/v1/quotas", {"client_id": "api-client", "quotas": {"producer_byte_rate": None}})
+    assert status == 200 and all(q["client_id"] != "api-client" for q in body)
+    assert c.send(1, "PATCH", "/v1/quotas", {"user": "<default>", "quotas": {"consumer_byte_rate": None}})[0] == 200
