@@ -157,7 +157,7 @@ pub fn spec() -> Value {
                 "user": {"type": "string", "description": "a user name, or <default>"},
                 "client_id": {"type": "string", "description": "a client id, or <default>"},
                 "quotas": {"type": "object", "minProperties": 1, "additionalProperties": {"type": "number", "minimum": 0, "exclusiveMinimum": true, "nullable": true},
-                    "description": "producer_byte_rate, consumer_byte_rate, request_percentage (stored, not enforced)"}}},
+                    "description": "producer_byte_rate, consumer_byte_rate (bytes/s), request_percentage (percent of one thread)"}}},
             "Acl": {"type": "object", "required": ["principal", "resource_type", "operation", "permission"], "additionalProperties": false, "properties": acl_properties()},
             "AclFilter": {"type": "object", "additionalProperties": false, "properties": acl_properties()},
             "AddVoter": {"type": "object", "required": ["id"], "additionalProperties": false, "properties": {"id": {"type": "integer", "minimum": 0}}},

@@ -15,7 +15,7 @@ use super::connection::{encode_response, Request};
 use super::frame::{RecordSlices, ResponseFrame};
 use super::handlers;
 use crate::node::NodeContext;
-use crate::security::quotas::QuotaKind;
+use crate::security::quotas::{self, QuotaKind};
 
 /// (API, lowest version, highest version) that Strom implements.
 pub const APIS: &[(ApiKey, i16, i16)] = &[
@@ -139,8 +139,6 @@ pub type PendingResponse = Pin<Box<dyn Future<Output = Option<ResponseFrame>> + 
 /// connection's request order; everything that waits (acks=all, long-poll
 /// fetches, controller round trips) runs in the returned future.
 pub fn dispatch(ctx: Arc<NodeContext>, request: Request, session: &Session) -> PendingResponse {
-    let (api, version, correlation_id) =
-        (request.api, request.header.request_api_version, request.header.correlation_id);
     let client = Client {
         host: session.host,
         id: request.header.client_id.clone(),
@@ -148,6 +146,51 @@ pub fn dispatch(ctx: Arc<NodeContext>, request: Request, session: &Session) -> P
         principal: session.principal.clone(),
         mute: session.mute.clone(),
     };
+    // With a `request_percentage` quota somewhere, the time spent handling
+    // each request (in this call and in the future's polls) counts against it.
+    if !ctx.quorum.image().client_quotas.values().any(|q| q.contains_key(quotas::REQUEST_PERCENTAGE)) {
+        return dispatch_as(ctx, request, client);
+    }
+    let started = std::time::Instant::now();
+    let (counted, ctx2) = (client.clone(), ctx.clone());
+    let pending = dispatch_as(ctx, request, client);
+    let spent = started.elapsed();
+    Box::pin(Timed {
+        inner: pending,
+        spent,
+        done: Some(Box::new(move |spent| {
+            ctx2.throttle(&counted, QuotaKind::Request, spent.as_micros() as usize);
+        })),
+    })
+}
+
+/// A response future whose polls are timed; `done` gets the total.
+struct Timed {
+    inner: PendingResponse,
+    spent: std::time::Duration,
+    done: Option<Box<dyn FnOnce(std::time::Duration) + Send>>,
+}
+
+impl Future for Timed {
+    type Output = Option<ResponseFrame>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
+        let started = std::time::Instant::now();
+        let polled = self.inner.as_mut().poll(cx);
+        self.spent += started.elapsed();
+        if polled.is_ready() {
+            let spent = self.spent;
+            if let Some(done) = self.done.take() {
+                done(spent);
+            }
+        }
+        polled
+    }
+}
+
+fn dispatch_as(ctx: Arc<NodeContext>, request: Request, client: Client) -> PendingResponse {
+    let (api, version, correlation_id) =
+        (request.api, request.header.request_api_version, request.header.correlation_id);
     match request.body {
         RequestKind::Produce(r) => {
             let bytes: usize = r

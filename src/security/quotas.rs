@@ -11,7 +11,10 @@
 //! `quota.window.size.seconds` (Kafka's Rate: the window counts as at least
 //! `num - 1` windows long). A client over its quota is answered with
 //! `throttle_time_ms = (rate - quota) / quota * window`, and its connection
-//! reads nothing more for that long (KIP-219).
+//! reads nothing more for that long (KIP-219). `request_percentage` (KIP-124)
+//! counts the time spent handling a client's requests, as a percentage of
+//! one thread: over it, the connection is muted the same way (the answers
+//! do not carry that throttle time).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -25,7 +28,7 @@ use crate::error::{ApiError, ErrorCode};
 pub const PRODUCER_BYTE_RATE: &str = "producer_byte_rate";
 pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
 pub const REQUEST_PERCENTAGE: &str = "request_percentage";
-/// The quota keys Strom stores (request_percentage is stored, not enforced).
+/// The quota keys Strom knows.
 pub const KEYS: &[&str] = &[PRODUCER_BYTE_RATE, CONSUMER_BYTE_RATE, REQUEST_PERCENTAGE];
 
 /// Checks one quota value.
@@ -101,11 +104,15 @@ impl Sensor {
     }
 }
 
-/// Which byte rate a request counts against.
+/// Which rate a request counts against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuotaKind {
+    /// Bytes produced.
     Produce,
+    /// Bytes fetched.
     Fetch,
+    /// Microseconds spent handling requests.
+    Request,
 }
 
 impl QuotaKind {
@@ -113,6 +120,16 @@ impl QuotaKind {
         match self {
             Self::Produce => PRODUCER_BYTE_RATE,
             Self::Fetch => CONSUMER_BYTE_RATE,
+            Self::Request => REQUEST_PERCENTAGE,
+        }
+    }
+
+    /// The quota's value in the unit recorded per second: bytes/s, or for
+    /// `request_percentage` (percent of one thread) microseconds per second.
+    fn per_second(self, quota: f64) -> f64 {
+        match self {
+            Self::Request => quota * 10_000.0,
+            _ => quota,
         }
     }
 }
@@ -133,8 +150,9 @@ impl QuotaManager {
         }
     }
 
-    /// Records `bytes` of `kind` for the client; the time it must be
-    /// throttled for, in ms (0 when within its quota or without one).
+    /// Records `bytes` of `kind` (microseconds for [`QuotaKind::Request`])
+    /// for the client; the time it must be throttled for, in ms (0 when
+    /// within its quota or without one).
     pub fn record(
         &self,
         image: &MetadataImage,
@@ -146,6 +164,7 @@ impl QuotaManager {
     ) -> u64 {
         let user = principal.strip_prefix("User:").unwrap_or(principal);
         let Some((entity, quota)) = resolve(image, user, client_id, kind.key()) else { return 0 };
+        let quota = kind.per_second(quota);
         let mut sensors = self.sensors.lock().unwrap_or_else(|e| e.into_inner());
         let sensor = sensors.entry((kind, entity)).or_insert_with(|| Sensor { windows: VecDeque::new() });
         let (rate, elapsed_ms) = sensor.record(bytes as f64, now_ms, self.window_ms, self.samples);

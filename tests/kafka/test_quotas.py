@@ -157,3 +157,30 @@ def test_quotas_through_the_admin_api(quota_cluster):
     status, body = c.send(1, "PATCH", "/v1/quotas", {"client_id": "api-client", "quotas": {"producer_byte_rate": None}})
     assert status == 200 and all(q["client_id"] != "api-client" for q in body)
     assert c.send(1, "PATCH", "/v1/quotas", {"user": "<default>", "quotas": {"consumer_byte_rate": None}})[0] == 200
+
+
+def count_requests(addr, client_id, seconds):
+    """ApiVersions requests one connection gets answered in `seconds`."""
+    s = wire.socket.create_connection(addr, timeout=10)
+    n, deadline = 0, time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            s.sendall(wire.request(wire.API_API_VERSIONS, 0, n, b"", client_id=client_id))
+            wire.recv_response(s, n)
+            n += 1
+    finally:
+        s.close()
+    return n
+
+
+def test_a_request_percentage_quota_mutes_a_busy_client(quota_cluster):
+    addr = quota_cluster.node(1).kafka_addr
+    # 0.01% of a thread: 100 µs of handling per second.
+    assert alter_quota(addr, [("client-id", "chatty")], "request_percentage", 0.01) == 0
+    try:
+        free = count_requests(addr, "quiet", 3)
+        throttled = count_requests(addr, "chatty", 3)
+        assert free > 200, f"an unthrottled client got only {free} answers in 3 s"
+        assert throttled < free / 10, f"the throttled client got {throttled} answers, the free one {free}"
+    finally:
+        assert alter_quota(addr, [("client-id", "chatty")], "request_percentage", 0.0, remove=True) == 0
