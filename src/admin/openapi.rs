@@ -115,7 +115,7 @@ pub fn spec() -> Value {
             },
             "/v1/users": {
                 "get": op("SCRAM users with their mechanisms (never a password or key)", &[("200", "users")]),
-                "post": with_body(op("Create a SCRAM user, or set a new password: credentials for one mechanism, or both when none is named", &[("201", "user"), ("400", "UNACCEPTABLE_CREDENTIAL (empty name or password, iterations out of 4096..16384), UNSUPPORTED_SASL_MECHANISM, or INVALID_REQUEST (malformed body)"), ("503", "no controller")]), "NewUser"),
+                "post": with_body(op("Create a SCRAM user, or set a new password: credentials for one mechanism, or both when none is named", &[("201", "user"), ("400", "UNACCEPTABLE_CREDENTIAL (a name empty, over 255 characters or with control characters; an empty password; iterations out of 4096..16384), UNSUPPORTED_SASL_MECHANISM, or INVALID_REQUEST (malformed body)"), ("503", "no controller")]), "NewUser"),
             },
             "/v1/users/{name}": {
                 "parameters": [path_param("name", "string")],

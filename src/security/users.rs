@@ -8,15 +8,15 @@ use strom_raft::{MetadataImage, MetadataRecord};
 use super::scram::{self, ScramMechanism, StoredCredential};
 use crate::error::{ApiError, ErrorCode};
 
-/// Longest user name accepted.
-pub const MAX_NAME_BYTES: usize = 255;
+/// Longest user name accepted, in characters (the OpenAPI document's maxLength).
+pub const MAX_NAME_CHARS: usize = 255;
 
-/// Checks a user name: 1 to 255 bytes, no control characters.
+/// Checks a user name: 1 to 255 characters, no control characters.
 pub fn check_name(name: &str) -> Result<(), ApiError> {
-    if name.is_empty() || name.len() > MAX_NAME_BYTES || name.chars().any(char::is_control) {
+    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control) {
         return Err(ApiError::new(
             ErrorCode::UnacceptableCredential,
-            format!("a user name is 1 to {MAX_NAME_BYTES} bytes without control characters"),
+            format!("a user name is 1 to {MAX_NAME_CHARS} characters without control characters"),
         ));
     }
     Ok(())
