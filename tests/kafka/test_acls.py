@@ -50,15 +50,28 @@ def admin(cluster, user="admin"):
     return AdminClient(conf(cluster, user))
 
 
+def applied_everywhere(cluster):
+    """Waits until every node lists the ACLs node 1 lists. An admin write
+    answers once node 1 has applied it; the other brokers apply it soon after
+    (ACLs propagate as in Kafka), and a test that goes on to a partition
+    leader elsewhere must not race that."""
+    want = sorted(map(str, cluster.get(1, "/v1/acls")[1]))
+    for nid in cluster.nodes:
+        harness.wait_for(f"node {nid} to apply the ACL change", 30,
+                         lambda nid=nid: sorted(map(str, cluster.get(nid, "/v1/acls")[1])) == want)
+
+
 def add_acl(cluster, **acl):
     status, body = cluster.send(1, "POST", "/v1/acls", acl)
     assert status == 201, (status, body)
+    applied_everywhere(cluster)
     return body
 
 
 def remove_acls(cluster, **flt):
     status, body = cluster.send(1, "DELETE", "/v1/acls", flt)
     assert status == 200, (status, body)
+    applied_everywhere(cluster)
     return body
 
 
@@ -164,8 +177,8 @@ def test_prefixed_allow_metadata_hiding_deny_wins_and_groups(acl_cluster, clean_
         add_acl(c, principal="User:alice", resource_type="topic", resource_name="a-1", operation="write",
                 permission="deny")
         assert produce_on(s, "a-1", 0) == TOPIC_AUTHORIZATION_FAILED
-        remove_acls(c, principal="User:alice", permission="deny")
         removed = time.monotonic()
+        remove_acls(c, principal="User:alice", permission="deny")
         while produce_on(s, "a-1", 0) != 0:
             assert time.monotonic() - removed < 1.0, "still refused a second after the DENY was removed"
     finally:
@@ -182,10 +195,12 @@ def test_acl_apis_of_kafka_and_their_errors(acl_cluster, clean_acls):
     found = a.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
                                              AclOperation.ANY, AclPermissionType.ANY)).result(timeout=30)
     assert binding in found, found
-    status, acls = c.get(2, "/v1/acls")
-    assert status == 200 and {"principal": "User:bob", "host": "*", "resource_type": "topic",
-                              "resource_name": "x-", "pattern_type": "prefixed", "operation": "read",
-                              "permission": "allow"} in acls, acls
+    # The ACL is committed when CreateAcls answers; node 2 applies it soon
+    # after (ACLs propagate to brokers as in Kafka), so its view is polled.
+    want = {"principal": "User:bob", "host": "*", "resource_type": "topic", "resource_name": "x-",
+            "pattern_type": "prefixed", "operation": "read", "permission": "allow"}
+    harness.wait_for("node 2's /v1/acls to list the new ACL", 30,
+                     lambda: (lambda r: r[0] == 200 and want in r[1])(c.get(2, "/v1/acls")))
     # MATCH: the ACLs that apply to x-1 include the prefixed one.
     matching = a.describe_acls(AclBindingFilter(ResourceType.TOPIC, "x-1", ResourcePatternType.MATCH, None, None,
                                                 AclOperation.ANY, AclPermissionType.ANY)).result(timeout=30)
@@ -225,7 +240,8 @@ def test_acl_apis_of_kafka_and_their_errors(acl_cluster, clean_acls):
     r.i32()  # throttle
     assert r.i32() == 1
     assert r.i16() == 42, "an unknown operation is refused"
-    assert c.get(1, "/v1/acls")[1] == []
+    # (DeleteAcls may have been answered by another broker: node 1 is polled.)
+    harness.wait_for("node 1 to list no ACL", 30, lambda: c.get(1, "/v1/acls") == (200, []))
 
     # The admin API refuses the same, naming why.
     for bad in [dict(principal="User:bob", resource_type="topic", resource_name="t", operation="frobnicate",
