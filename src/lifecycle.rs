@@ -36,8 +36,13 @@ pub struct BrokerLifecycle {
     /// `broker.session.timeout.ms`: heard nothing from the controller this
     /// long, the broker takes no writes (it has likely been fenced).
     session_timeout: Duration,
-    /// When the controller last answered a registration or heartbeat.
+    /// When the last registration or heartbeat the controller answered
+    /// (unfenced) was sent: the controller heard from this broker after that.
     last_contact_ms: AtomicI64,
+    /// The metadata log index this broker must apply before it acts as a
+    /// leader or coordinator again: set when the controller unfences it,
+    /// past the records that fenced it and moved its leaderships away.
+    must_apply: AtomicU64,
     out_of_touch: AtomicBool,
     quorum: Arc<Quorum>,
     client: Arc<ControllerClient>,
@@ -77,6 +82,7 @@ impl BrokerLifecycle {
             heartbeat_interval,
             session_timeout,
             last_contact_ms: AtomicI64::new(mono_ms()),
+            must_apply: AtomicU64::new(0),
             out_of_touch: AtomicBool::new(false),
             quorum,
             client,
@@ -123,10 +129,11 @@ impl BrokerLifecycle {
             rack: self.rack.clone(),
             listeners: self.listeners.clone(),
         };
+        let sent = mono_ms();
         match self.client.send(request, CALL_TIMEOUT).await {
-            Ok(ControllerResponse::Done { .. }) => {
+            Ok(ControllerResponse::Done { index }) => {
                 tracing::info!(broker_id = self.broker_id, "registered with the controller");
-                self.touched();
+                self.touched(sent, index);
                 true
             }
             Ok(other) => {
@@ -147,17 +154,25 @@ impl BrokerLifecycle {
             applied_index: self.quorum.applied_index(),
             sizes: self.sizes_due(),
         };
+        let sent = mono_ms();
         match self.client.send(request, CALL_TIMEOUT).await {
             Ok(ControllerResponse::UnknownBroker) => self.registered.store(false, Ordering::Release),
-            Ok(ControllerResponse::Heartbeat { .. }) => self.touched(),
+            // Fenced, this broker's leaderships have been (or are being)
+            // moved away: that answer renews nothing.
+            Ok(ControllerResponse::Heartbeat { fenced: true, .. }) => {}
+            Ok(ControllerResponse::Heartbeat { fenced: false, index }) => self.touched(sent, index),
             Ok(_) => {}
             Err(e) => tracing::debug!(error = %e, "heartbeat failed"),
         }
     }
 
-    /// The controller answered.
-    fn touched(&self) {
-        self.last_contact_ms.store(mono_ms(), Ordering::Release);
+    /// The controller answered a request sent at `sent` (so it heard from
+    /// this broker after then: the session is counted from there, never
+    /// later than the controller counts it), and this broker must apply the
+    /// metadata log to `index` before it acts on its image again.
+    fn touched(&self, sent: i64, index: u64) {
+        self.must_apply.fetch_max(index, Ordering::AcqRel);
+        self.last_contact_ms.fetch_max(sent, Ordering::AcqRel);
         if self.out_of_touch.swap(false, Ordering::AcqRel) {
             tracing::info!(broker_id = self.broker_id, "the controller answers again: taking writes");
         }
@@ -168,7 +183,16 @@ impl BrokerLifecycle {
     /// its partitions led elsewhere, so it takes no writes (they could never
     /// commit) and answers NOT_LEADER_OR_FOLLOWER, which sends clients to
     /// fresh metadata.
+    ///
+    /// Also while this broker has not yet applied the metadata up to where
+    /// the controller last unfenced it: a broker paused or cut off long
+    /// enough to be fenced hears back from the controller before it has
+    /// applied the records that moved its leaderships away, and until then
+    /// its image (and the groups it coordinated) are stale.
     pub fn out_of_touch(&self) -> bool {
+        if self.quorum.applied_index() < self.must_apply.load(Ordering::Acquire) {
+            return true;
+        }
         let silent =
             Duration::from_millis(mono_ms().saturating_sub(self.last_contact_ms.load(Ordering::Acquire)).max(0) as u64);
         let out = silent > self.session_timeout;

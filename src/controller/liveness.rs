@@ -45,13 +45,21 @@ impl Liveness {
         self.registered_at.clear();
     }
 
-    pub fn heartbeat(&mut self, broker_id: i32, now: Instant) {
-        self.last_seen.insert(broker_id, now);
+    /// Records a heartbeat; whether the broker's session had expired before
+    /// it (a fence may be under way).
+    pub fn heartbeat(&mut self, broker_id: i32, now: Instant) -> bool {
+        let before = self.last_seen.insert(broker_id, now);
+        before.is_none_or(|seen| now.saturating_duration_since(seen) > self.session_timeout)
+    }
+
+    /// Whether the broker's session has expired at `now`.
+    pub fn is_expired(&self, broker_id: i32, now: Instant) -> bool {
+        self.last_seen.get(&broker_id).is_none_or(|&seen| now.saturating_duration_since(seen) > self.session_timeout)
     }
 
     pub fn registered(&mut self, broker_id: i32, index: u64, now: Instant) {
         self.registered_at.insert(broker_id, index);
-        self.heartbeat(broker_id, now);
+        self.last_seen.insert(broker_id, now);
     }
 
     /// Whether a fenced broker that has applied up to `applied_index` may be unfenced.
@@ -65,11 +73,7 @@ impl Liveness {
             .brokers
             .values()
             .filter(|b| b.state != BrokerState::Fenced)
-            .filter(|b| {
-                self.last_seen
-                    .get(&b.broker_id)
-                    .is_none_or(|&seen| now.saturating_duration_since(seen) > self.session_timeout)
-            })
+            .filter(|b| self.is_expired(b.broker_id, now))
             .map(|b| b.broker_id)
             .collect()
     }

@@ -246,9 +246,16 @@ impl Controller {
         let Some(broker) = image.brokers.get(&broker_id).filter(|b| b.incarnation_id == incarnation_id) else {
             return ControllerResponse::UnknownBroker;
         };
-        self.liveness().heartbeat(broker_id, Instant::now());
-        if broker.state != BrokerState::Fenced || !self.liveness().caught_up(broker_id, applied) {
-            return ControllerResponse::Heartbeat { fenced: broker.state == BrokerState::Fenced, index: 0 };
+        let was_expired = self.liveness().heartbeat(broker_id, Instant::now());
+        // A broker whose session had expired may be being fenced right now
+        // (fence_expired decided under the decision lock, before this
+        // heartbeat): it is answered after that decision, so that it never
+        // hears "not fenced" and then loses its leaderships unawares.
+        if !was_expired && broker.state != BrokerState::Fenced {
+            return ControllerResponse::Heartbeat { fenced: false, index: 0 };
+        }
+        if broker.state == BrokerState::Fenced && !self.liveness().caught_up(broker_id, applied) {
+            return ControllerResponse::Heartbeat { fenced: true, index: 0 };
         }
         let _guard = match self.decision_lock(quorum).await {
             Ok(guard) => guard,
@@ -260,7 +267,9 @@ impl Controller {
             .get(&broker_id)
             .is_some_and(|b| b.state == BrokerState::Fenced && b.incarnation_id == incarnation_id)
         {
-            return ControllerResponse::Heartbeat { fenced: false, index: 0 };
+            // Not fenced after all (or unfenced by a concurrent heartbeat):
+            // the broker applies what this controller has applied first.
+            return ControllerResponse::Heartbeat { fenced: false, index: quorum.applied_index() };
         }
         let mut records = vec![MetadataRecord::BrokerRegistrationChange { broker_id, state: BrokerState::Active }];
         let mut after = (*image).clone();
@@ -525,6 +534,10 @@ impl Controller {
             };
             let image = quorum.image();
             if !image.brokers.get(&broker_id).is_some_and(|b| b.state != BrokerState::Fenced) {
+                continue;
+            }
+            // A heartbeat may have come in while this waited for the lock.
+            if !self.liveness().is_expired(broker_id, Instant::now()) {
                 continue;
             }
             let records = fence_records(&image, broker_id, self.unclean_default(&image));
