@@ -98,6 +98,27 @@ impl NodeContext {
         ms.min(i32::MAX as u64) as i32
     }
 
+    /// A Fetch answer of `bytes` for `client` under its consumer quota:
+    /// whether to send it (else an empty answer goes instead), and the
+    /// throttle time in ms, which also mutes the client's connection.
+    pub fn admit_fetch(&self, client: &Client, bytes: usize) -> (bool, i32) {
+        use crate::security::quotas::{Admission, QuotaKind};
+        let image = self.quorum.image();
+        if image.client_quotas.is_empty() {
+            return (true, 0);
+        }
+        let client_id = client.id.as_deref().unwrap_or("");
+        let now = crate::clock::mono_ms() as u64;
+        let (send, ms) = match self.quotas.admit(&image, QuotaKind::Fetch, &client.principal, client_id, bytes, now) {
+            Admission::Send { throttle_ms } => (true, throttle_ms),
+            Admission::Withhold { throttle_ms } => (false, throttle_ms),
+        };
+        if ms > 0 {
+            client.mute.mute_for(ms);
+        }
+        (send, ms.min(i32::MAX as u64) as i32)
+    }
+
     /// Whether `client` may do `op` on the cluster.
     pub fn authorize_cluster(&self, client: &Client, image: &MetadataImage, op: Operation) -> bool {
         self.authorize(client, image, op, ResourceType::Cluster, CLUSTER_NAME)

@@ -275,10 +275,19 @@ async fn handle(
         RequestKind::Fetch(r) => {
             let follower = r.replica_id.0 >= 0 || r.replica_state.replica_id.0 >= 0;
             let (mut response, slices) = handlers::fetch::handle(ctx, r, version, &client).await;
-            if !follower {
-                response.throttle_time_ms = ctx.throttle(&client, QuotaKind::Fetch, slices.len());
-            }
             records = slices;
+            if !follower {
+                let (send, throttle_ms) = ctx.admit_fetch(&client, records.len());
+                response.throttle_time_ms = throttle_ms;
+                if !send {
+                    // Over the consumer quota: the partitions without their
+                    // records (the client fetches the same offsets again).
+                    for p in response.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+                        p.records = Some(bytes::Bytes::new());
+                    }
+                    records = RecordSlices::default();
+                }
+            }
             ResponseKind::Fetch(response)
         }
         RequestKind::ListOffsets(r) => {

@@ -86,6 +86,13 @@ struct Sensor {
 }
 
 impl Sensor {
+    /// Takes back `bytes` just recorded (in the newest window).
+    fn unrecord(&mut self, bytes: f64) {
+        if let Some((_, b)) = self.windows.back_mut() {
+            *b = (*b - bytes).max(0.0);
+        }
+    }
+
     /// Records `bytes` at `now_ms`; the rate over the kept windows after it, in bytes/s.
     fn record(&mut self, bytes: f64, now_ms: u64, window_ms: u64, samples: usize) -> (f64, u64) {
         let start = now_ms - now_ms % window_ms;
@@ -174,6 +181,52 @@ impl QuotaManager {
         let throttle = (rate - quota) / quota * elapsed_ms as f64;
         (throttle as u64).min(self.window_ms * self.samples as u64)
     }
+
+    /// A Fetch answer of `bytes` for the client: Kafka's rule. If sending it
+    /// would take the client over its quota, it is not sent (not recorded
+    /// either): the client gets an empty answer and the throttle time after
+    /// which it would fit. An answer is always sent when nothing else is in
+    /// the measured windows, so an answer larger than the quota allows in a
+    /// whole measurement still goes out, then throttles the client.
+    pub fn admit(
+        &self,
+        image: &MetadataImage,
+        kind: QuotaKind,
+        principal: &str,
+        client_id: &str,
+        bytes: usize,
+        now_ms: u64,
+    ) -> Admission {
+        let user = principal.strip_prefix("User:").unwrap_or(principal);
+        let Some((entity, quota)) = resolve(image, user, client_id, kind.key()) else {
+            return Admission::Send { throttle_ms: 0 };
+        };
+        let quota = kind.per_second(quota);
+        let max_throttle = self.window_ms * self.samples as u64;
+        let mut sensors = self.sensors.lock().unwrap_or_else(|e| e.into_inner());
+        let sensor = sensors.entry((kind, entity)).or_insert_with(|| Sensor { windows: VecDeque::new() });
+        let before: f64 = sensor.windows.iter().map(|(_, b)| b).sum();
+        let (rate, elapsed_ms) = sensor.record(bytes as f64, now_ms, self.window_ms, self.samples);
+        if rate <= quota {
+            return Admission::Send { throttle_ms: 0 };
+        }
+        let throttle_ms = (((rate - quota) / quota * elapsed_ms as f64) as u64).min(max_throttle);
+        let others: f64 = sensor.windows.iter().map(|(_, b)| b).sum::<f64>() - bytes as f64;
+        if before > 0.0 && others > 0.0 {
+            sensor.unrecord(bytes as f64);
+            return Admission::Withhold { throttle_ms };
+        }
+        Admission::Send { throttle_ms }
+    }
+}
+
+/// What [`QuotaManager::admit`] decided for an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Send it; then throttle the client this long (0: not at all).
+    Send { throttle_ms: u64 },
+    /// Send an empty answer instead, throttled this long.
+    Withhold { throttle_ms: u64 },
 }
 
 #[cfg(test)]
@@ -231,6 +284,29 @@ mod tests {
         assert_eq!(t, 10_000);
         assert_eq!(q.record(&img, QuotaKind::Produce, "User:x", "fast", 1 << 30, 100_000), 0, "no quota");
         assert_eq!(q.record(&img, QuotaKind::Fetch, "User:x", "slow", 1 << 30, 100_000), 0, "another kind");
+    }
+
+    #[test]
+    fn a_fetch_answer_over_the_quota_is_withheld_unless_it_is_alone() {
+        let img = image(&[(EntityName::Unset, named("slow"), CONSUMER_BYTE_RATE, 1000.0)]);
+        let mut settings = Settings::default();
+        settings.set("quota.window.num", "2").expect("set");
+        let q = QuotaManager::from_settings(&settings);
+        let admit = |bytes, now| q.admit(&img, QuotaKind::Fetch, "User:x", "slow", bytes, now);
+        // Alone in the windows: sent, however large, then throttled.
+        assert_eq!(admit(3000, 100_000), Admission::Send { throttle_ms: 2000 });
+        // Over the quota with the first one still measured: withheld, and
+        // not counted, so the same answer is withheld again for the same reason.
+        let Admission::Withhold { throttle_ms } = admit(500, 100_500) else { panic!("withheld") };
+        assert!(throttle_ms > 0);
+        assert_eq!(admit(500, 100_500), Admission::Withhold { throttle_ms });
+        // Once the first answer's window has passed, it fits again.
+        assert_eq!(admit(500, 102_000), Admission::Send { throttle_ms: 0 });
+        assert_eq!(
+            q.admit(&img, QuotaKind::Fetch, "User:x", "other", 1 << 30, 100_000),
+            Admission::Send { throttle_ms: 0 },
+            "no quota"
+        );
     }
 
     #[test]

@@ -58,8 +58,10 @@ def quota_cluster(tmp_path_factory):
 def run_producer(bootstrap, topic, client_id, seconds, out):
     """Produces 1 KiB records as fast as the client allows for `seconds`;
     out['bytes'] = bytes acknowledged within that time."""
+    # Requests of at most 64 KiB: a quota is measured over two one-second
+    # windows here, and 1 MB requests against 1 MB/s would be too coarse to see.
     p = ck.Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5, "acks": 1,
-                     "queue.buffering.max.kbytes": 4096})
+                     "queue.buffering.max.kbytes": 4096, "batch.size": 64 << 10})
     payload = b"x" * 1024
     done = {"bytes": 0}
     deadline = time.monotonic() + seconds
@@ -102,7 +104,9 @@ def test_a_fetch_quota_holds(quota_cluster):
     c = quota_cluster
     c.create_topic("quota-f", partitions=1)
     c.wait_topic("quota-f", 1)
-    p = ck.Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 5})
+    # Batches of at most 64 KiB, so that the consumer's 64 KiB fetches are
+    # answered 64 KiB at a time (a fetch returns at least one whole batch).
+    p = ck.Producer({"bootstrap.servers": c.bootstrap, "linger.ms": 5, "batch.size": 64 << 10})
     payload = b"y" * 1024
     for _ in range(16_000):
         while True:
