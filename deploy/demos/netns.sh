@@ -4,7 +4,8 @@
 # others (and healed) by taking its link down. Needs root and iproute2.
 # Only addresses inside these namespaces are ever used.
 #
-#   netns.sh up TAG N      creates N hosts 10.77.<x>.1..N (+ the bridge at .254)
+#   netns.sh up TAG N      creates N hosts 10.77.<x>.1..N (+ the bridge at .254);
+#                          exits 3 if that subnet or bridge is already in use
 #   netns.sh cut TAG I     isolates host I       netns.sh heal TAG I
 #   netns.sh down TAG N    removes everything TAG created
 #
@@ -22,6 +23,12 @@ br=stbr-$tag
 
 case "$cmd" in
   up)
+    # A subnet already on some interface (another TAG hashing alike) would
+    # send this host's traffic to someone else's namespaces: refuse it.
+    if ip -br addr | grep -q " $subnet\." || ip link show "$br" >/dev/null 2>&1; then
+      echo "netns.sh: subnet $subnet or bridge $br already in use" >&2
+      exit 3
+    fi
     ip link add "$br" type bridge
     ip addr add "$subnet.254/24" dev "$br"
     ip link set "$br" up

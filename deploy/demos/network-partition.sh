@@ -9,8 +9,13 @@ source "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || fail "needs root (network namespaces)"
 command -v ip >/dev/null || fail "needs iproute2 (ip)"
 NETNS="$(dirname "$0")/netns.sh"
-TAG=p$$
-SUBNET=$("$NETNS" up "$TAG" 3)
+# A tag whose subnet no interface uses yet (netns.sh refuses one in use).
+for try in 0 1 2 3 4 5 6 7 8 9; do
+  TAG=p$$$try
+  SUBNET=$("$NETNS" up "$TAG" 3 2>/dev/null) && break
+  SUBNET=
+done
+[ -n "$SUBNET" ] || fail "no free subnet for the namespaces"
 PIDS=()
 on_exit() {
   for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
