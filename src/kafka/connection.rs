@@ -20,7 +20,7 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
-use super::frame::{FrameWriter, ResponseFrame, WriteSide};
+use super::frame::{BufferedTcp, FrameWriter, ResponseFrame, WriteSide, TLS_READ_BUFFER_BYTES};
 use super::registry::{self, PendingResponse, Session};
 use crate::node::NodeContext;
 use crate::security::sasl::{Mechanism, Outcome, SaslExchange};
@@ -391,6 +391,7 @@ async fn accept_connection(
         let (reader, writer) = stream.into_split();
         return serve_connection(reader, WriteSide::Plain(writer), session, sasl, ctx, memory).await;
     };
+    let stream = BufferedTcp::with_capacity(TLS_READ_BUFFER_BYTES, stream);
     let accepted = tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(stream)).await;
     let stream = match accepted {
         Ok(Ok(stream)) => stream,

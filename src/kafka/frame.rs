@@ -184,8 +184,16 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 /// kernel cannot encrypt them on the way).
 pub enum WriteSide {
     Plain(OwnedWriteHalf),
-    Tls(WriteHalf<TlsStream<TcpStream>>),
+    Tls(WriteHalf<TlsStream<BufferedTcp>>),
 }
+
+/// What TLS runs over: the socket behind a read buffer. rustls reads at
+/// most 4 KiB at a time; from this buffer, not in a system call each
+/// (the buffer passes writes straight through).
+pub type BufferedTcp = tokio::io::BufReader<TcpStream>;
+
+/// The read buffer under TLS: a few TLS records per system call.
+pub const TLS_READ_BUFFER_BYTES: usize = 64 << 10;
 
 impl WriteSide {
     async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
