@@ -46,6 +46,8 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::UnregisterBroker, 0, 0),
     (ApiKey::AddRaftVoter, 0, 0),
@@ -312,6 +314,8 @@ async fn handle(
         RequestKind::UnregisterBroker(r) => ResponseKind::UnregisterBroker(handlers::quorum::unregister(ctx, r).await),
         RequestKind::AddRaftVoter(r) => ResponseKind::AddRaftVoter(handlers::quorum::add_voter(ctx, r).await),
         RequestKind::RemoveRaftVoter(r) => ResponseKind::RemoveRaftVoter(handlers::quorum::remove_voter(ctx, r).await),
+        RequestKind::DescribeLogDirs(r) => ResponseKind::DescribeLogDirs(handlers::log_dirs::handle(ctx, r)),
+        RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(handlers::elections::handle(ctx, r, version).await),
         RequestKind::ListPartitionReassignments(r) => {
             ResponseKind::ListPartitionReassignments(handlers::reassignments::list(ctx, r))
         }

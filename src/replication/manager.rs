@@ -142,6 +142,11 @@ impl ReplicaManager {
         self.partitions.read().unwrap_or_else(|e| e.into_inner()).get(&(topic.to_string(), partition)).cloned()
     }
 
+    /// The directory the partition logs live in (Kafka's one log dir).
+    pub fn logs_dir(&self) -> &std::path::Path {
+        &self.logs_dir
+    }
+
     pub fn all(&self) -> Vec<Arc<Partition>> {
         self.partitions.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect()
     }

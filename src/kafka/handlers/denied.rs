@@ -16,12 +16,16 @@ use crate::security::acl::Operation;
 pub fn cluster_operation(api: ApiKey) -> Option<Operation> {
     use ApiKey::*;
     match api {
-        DescribeCluster | ListPartitionReassignments | DescribeQuorum | DescribeUserScramCredentials | DescribeAcls => {
-            Some(Operation::Describe)
-        }
+        DescribeCluster
+        | ListPartitionReassignments
+        | DescribeQuorum
+        | DescribeUserScramCredentials
+        | DescribeAcls
+        | DescribeLogDirs => Some(Operation::Describe),
         DescribeClientQuotas => Some(Operation::DescribeConfigs),
         AlterClientQuotas => Some(Operation::AlterConfigs),
         AlterPartitionReassignments
+        | ElectLeaders
         | UnregisterBroker
         | AddRaftVoter
         | RemoveRaftVoter
@@ -48,6 +52,33 @@ pub fn refusal(body: RequestKind) -> Option<ResponseKind> {
         ),
         RequestKind::AlterPartitionReassignments(_) => ResponseKind::AlterPartitionReassignments(
             AlterPartitionReassignmentsResponse::default().with_error_code(code).with_error_message(message()),
+        ),
+        RequestKind::DescribeLogDirs(_) => {
+            ResponseKind::DescribeLogDirs(DescribeLogDirsResponse::default().with_error_code(code))
+        }
+        RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(
+            // v0 has no top-level error: every named partition carries it too.
+            ElectLeadersResponse::default().with_error_code(code).with_replica_election_results(
+                r.topic_partitions
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|t| {
+                        elect_leaders_response::ReplicaElectionResult::default()
+                            .with_topic(t.topic)
+                            .with_partition_result(
+                                t.partitions
+                                    .into_iter()
+                                    .map(|p| {
+                                        elect_leaders_response::PartitionResult::default()
+                                            .with_partition_id(p)
+                                            .with_error_code(code)
+                                            .with_error_message(message())
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
         ),
         RequestKind::DescribeQuorum(_) => {
             ResponseKind::DescribeQuorum(DescribeQuorumResponse::default().with_error_code(code))
