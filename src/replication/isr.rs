@@ -3,7 +3,7 @@
 //! A follower is caught up when it has fetched up to the leader's log end
 //! offset; if it last was more than `replica.lag.time.max.ms` ago, it leaves
 //! the ISR. A replica outside the ISR rejoins once its log end offset reaches
-//! the high watermark (Kafka's rules; the change itself is committed by the
+//! the high watermark and the start of the leader's epoch (Kafka's rules; the change itself is committed by the
 //! controller, checked against leader and partition epochs).
 
 use std::collections::HashMap;
@@ -45,6 +45,17 @@ pub struct LeaderView<'a> {
     pub isr: &'a [i32],
     pub replicas: &'a [i32],
     pub high_watermark: i64,
+    /// The leader's log end offset when its leader epoch began.
+    pub epoch_start_offset: i64,
+}
+
+/// The log end offset a replica outside the ISR must reach to join it: the
+/// high watermark, and the start of the leader's epoch. A new leader's high
+/// watermark can be behind the one the previous leader acknowledged up to;
+/// a replica let in below the epoch start could lack acknowledged records
+/// and then be elected (Kafka's `isFollowerInSync` has the same rule).
+pub fn join_offset(high_watermark: i64, epoch_start_offset: i64) -> i64 {
+    high_watermark.max(epoch_start_offset)
 }
 
 /// The ISR the leader should ask for, or `None` when it is right as it is.
@@ -55,14 +66,15 @@ pub fn desired_isr(
     lag_max_ms: i64,
     is_active: impl Fn(i32) -> bool,
 ) -> Option<Vec<i32>> {
-    let LeaderView { leader, isr, replicas, high_watermark } = view;
+    let LeaderView { leader, isr, replicas, high_watermark, epoch_start_offset } = view;
+    let join_at = join_offset(high_watermark, epoch_start_offset);
     let lagging = |b: i32| progress.get(&b).is_none_or(|p| now_ms - p.last_caught_up_ms > lag_max_ms);
     let mut next: Vec<i32> = isr.iter().copied().filter(|&b| b == leader || !lagging(b)).collect();
     for &r in replicas {
         if next.contains(&r) || r == leader || !is_active(r) {
             continue;
         }
-        if progress.get(&r).is_some_and(|p| p.log_end_offset >= high_watermark && !lagging(r)) {
+        if progress.get(&r).is_some_and(|p| p.log_end_offset >= join_at && !lagging(r)) {
             next.push(r);
         }
     }
@@ -99,7 +111,13 @@ mod tests {
         let p = progress(&[(2, 100, 1_000), (3, 50, 9_500)]);
         assert_eq!(
             desired_isr(
-                LeaderView { leader: 1, isr: &[1, 2, 3], replicas: &[1, 2, 3], high_watermark: 100 },
+                LeaderView {
+                    leader: 1,
+                    isr: &[1, 2, 3],
+                    replicas: &[1, 2, 3],
+                    high_watermark: 100,
+                    epoch_start_offset: 0
+                },
                 &p,
                 10_000,
                 5_000,
@@ -110,7 +128,13 @@ mod tests {
         let p = progress(&[(2, 100, 9_900), (3, 100, 9_900)]);
         assert_eq!(
             desired_isr(
-                LeaderView { leader: 1, isr: &[1, 3], replicas: &[1, 2, 3], high_watermark: 100 },
+                LeaderView {
+                    leader: 1,
+                    isr: &[1, 3],
+                    replicas: &[1, 2, 3],
+                    high_watermark: 100,
+                    epoch_start_offset: 0
+                },
                 &p,
                 10_000,
                 5_000,
@@ -120,7 +144,13 @@ mod tests {
         );
         assert_eq!(
             desired_isr(
-                LeaderView { leader: 1, isr: &[1, 2, 3], replicas: &[1, 2, 3], high_watermark: 100 },
+                LeaderView {
+                    leader: 1,
+                    isr: &[1, 2, 3],
+                    replicas: &[1, 2, 3],
+                    high_watermark: 100,
+                    epoch_start_offset: 0
+                },
                 &p,
                 10_000,
                 5_000,
@@ -135,7 +165,7 @@ mod tests {
         let p = progress(&[(2, 90, 9_900)]);
         assert_eq!(
             desired_isr(
-                LeaderView { leader: 1, isr: &[1], replicas: &[1, 2], high_watermark: 100 },
+                LeaderView { leader: 1, isr: &[1], replicas: &[1, 2], high_watermark: 100, epoch_start_offset: 0 },
                 &p,
                 10_000,
                 5_000,
@@ -146,7 +176,7 @@ mod tests {
         let p = progress(&[(2, 100, 9_900)]);
         assert_eq!(
             desired_isr(
-                LeaderView { leader: 1, isr: &[1], replicas: &[1, 2], high_watermark: 100 },
+                LeaderView { leader: 1, isr: &[1], replicas: &[1, 2], high_watermark: 100, epoch_start_offset: 0 },
                 &p,
                 10_000,
                 5_000,
@@ -154,6 +184,17 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn a_new_leader_lets_in_no_replica_behind_the_start_of_its_epoch() {
+        // The previous leader acknowledged up to 120; this leader's high
+        // watermark is still 100 and its epoch starts at 120.
+        let view = LeaderView { leader: 1, isr: &[1], replicas: &[1, 2], high_watermark: 100, epoch_start_offset: 120 };
+        let p = progress(&[(2, 110, 9_900)]);
+        assert_eq!(desired_isr(view, &p, 10_000, 5_000, |_| true), None, "110 may lack acknowledged records");
+        let p = progress(&[(2, 120, 9_900)]);
+        assert_eq!(desired_isr(view, &p, 10_000, 5_000, |_| true), Some(vec![1, 2]));
     }
 
     #[test]

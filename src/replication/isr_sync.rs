@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use super::ReplicaManager;
 use crate::controller::client::ControllerClient;
 use crate::controller::protocol::{ControllerRequest, ControllerResponse};
+use crate::error::ErrorCode;
 
 /// A proposal that got no answer is sent again after this long.
 const RESEND_AFTER: Duration = Duration::from_secs(2);
@@ -61,7 +62,19 @@ pub async fn run(
                     tracing::info!(topic = %key.0, partition = key.1, ?isr, "ISR change committed")
                 }
                 Ok(ControllerResponse::Error(e)) => {
-                    tracing::debug!(topic = %key.0, partition = key.1, error = %e, "ISR change refused")
+                    tracing::debug!(topic = %key.0, partition = key.1, error = %e, "ISR change refused");
+                    // Only a refusal made before proposing anything is final: a
+                    // failed proposal may still be committed by the next controller.
+                    if matches!(
+                        e.code,
+                        ErrorCode::FencedLeaderEpoch
+                            | ErrorCode::InvalidUpdateVersion
+                            | ErrorCode::InvalidRequest
+                            | ErrorCode::IneligibleReplica
+                            | ErrorCode::UnknownTopicOrPartition
+                    ) {
+                        p.isr_change_refused(partition_epoch);
+                    }
                 }
                 Ok(other) => tracing::debug!(?other, "unexpected answer to an ISR change"),
                 Err(e) => tracing::debug!(error = %e, "ISR change not sent"),

@@ -23,7 +23,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::isr::{desired_isr, FollowerProgress, LeaderView};
+use super::isr::{desired_isr, join_offset, FollowerProgress, LeaderView};
 use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
 use crate::clock::{mono_ms, wall_ms};
 use crate::log::batch::{split_record_set, BatchHeader};
@@ -153,6 +153,13 @@ struct State {
     producers: ProducerStateMap,
     /// `min.insync.replicas` in force for this topic.
     min_insync: usize,
+    /// Replicas this leader asked the controller to add to the ISR, in the
+    /// partition epoch it asked in. Until that epoch's answer is applied
+    /// they count toward the high watermark as if already in (Kafka's
+    /// "maximal ISR"): the controller may have committed them, and a
+    /// replica in the committed ISR may be elected, so the high watermark
+    /// must not pass what it holds.
+    pending_isr_adds: (i32, Vec<i32>),
 }
 
 #[derive(Debug)]
@@ -244,6 +251,7 @@ impl Partition {
             epoch_start_offset: 0,
             producers,
             min_insync: 1,
+            pending_isr_adds: (-1, Vec::new()),
         };
         let (high_watermark_tx, _) = watch::channel(state.high_watermark);
         let (log_end_tx, _) = watch::channel(state.log.log_end_offset());
@@ -275,7 +283,9 @@ impl Partition {
         }
         let local = Self::local_end(st);
         let mut hw = local;
-        for id in &st.isr {
+        let (pending_epoch, pending) = &st.pending_isr_adds;
+        let pending = pending.iter().filter(|_| *pending_epoch == st.partition_epoch);
+        for id in st.isr.iter().chain(pending) {
             if *id != self.broker_id {
                 let end = st.followers.get(id).map_or(-1, |f| f.log_end_offset);
                 hw = hw.min(if end >= 0 { end } else { st.high_watermark });
@@ -416,6 +426,7 @@ impl Partition {
         let mut st = self.state();
         if !st.is_leader || st.leader_epoch != leader_epoch {
             st.epoch_start_offset = st.log.log_end_offset();
+            st.pending_isr_adds = (-1, Vec::new());
             // Every follower gets a full lag period to show up.
             let now = mono_ms();
             st.followers =
@@ -592,8 +603,10 @@ impl Partition {
 
     /// The ISR change this leader should ask the controller for, with the
     /// leader and partition epochs it is based on.
+    /// Replicas it adds count toward the high watermark from now on, until
+    /// the answer is applied or refused (`isr_change_refused`).
     pub fn isr_proposal(&self, lag_max_ms: i64, is_active: impl Fn(i32) -> bool) -> Option<(i32, i32, Vec<i32>)> {
-        let st = self.state();
+        let mut st = self.state();
         if !st.is_leader {
             return None;
         }
@@ -602,9 +615,31 @@ impl Partition {
             isr: &st.isr,
             replicas: &st.replicas,
             high_watermark: st.high_watermark,
+            epoch_start_offset: st.epoch_start_offset,
         };
         let isr = desired_isr(view, &st.followers, mono_ms(), lag_max_ms, is_active)?;
-        Some((st.leader_epoch, st.partition_epoch, isr))
+        let partition_epoch = st.partition_epoch;
+        let State { pending_isr_adds, isr: current, .. } = &mut *st;
+        if pending_isr_adds.0 != partition_epoch {
+            *pending_isr_adds = (partition_epoch, Vec::new());
+        }
+        for b in isr.iter().filter(|b| !current.contains(b)) {
+            if !pending_isr_adds.1.contains(b) {
+                pending_isr_adds.1.push(*b);
+            }
+        }
+        Some((st.leader_epoch, partition_epoch, isr))
+    }
+
+    /// The controller refused the ISR change asked in `partition_epoch`
+    /// (a stale epoch, or a replica it would not let in): the replicas it
+    /// would have added stop counting toward the high watermark.
+    pub fn isr_change_refused(&self, partition_epoch: i32) {
+        let mut st = self.state();
+        if st.pending_isr_adds.0 == partition_epoch {
+            st.pending_isr_adds = (-1, Vec::new());
+            self.maybe_advance_high_watermark(&mut st);
+        }
     }
 
     pub fn set_config(&self, config: LogConfig, min_insync: usize) -> Result<(), LogError> {
@@ -762,8 +797,9 @@ impl Partition {
             return Err(PartitionError::NotLeader);
         }
         Self::check_epoch(&st, current_leader_epoch)?;
-        let joins_isr = replica_id
-            .is_some_and(|id| !st.isr.contains(&id) && st.replicas.contains(&id) && fetch_offset >= st.high_watermark);
+        let join_at = join_offset(st.high_watermark, st.epoch_start_offset);
+        let joins_isr =
+            replica_id.is_some_and(|id| !st.isr.contains(&id) && st.replicas.contains(&id) && fetch_offset >= join_at);
         let max_offset = match replica_id {
             Some(id) => {
                 let (end, now) = (st.log.log_end_offset(), mono_ms());
@@ -966,6 +1002,39 @@ mod tests {
         let r = p.read(end, 1 << 20, true, 1, Some(3)).expect("fetch");
         assert!(r.joins_isr);
         assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn a_replica_asked_into_the_isr_holds_the_high_watermark_until_the_answer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, 0).expect("open");
+        log.append_as_leader(&build_batch(3, 1_000, &[7u8; 40]), 1, 0).expect("append");
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        p.become_leader(1, 1, &[1, 2], &[1, 2, 3]);
+        p.read(3, 1 << 20, true, 1, Some(2)).expect("fetch");
+        assert_eq!(p.offsets().high_watermark, 3);
+        p.read(3, 1 << 20, true, 1, Some(3)).expect("fetch");
+        assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
+        // The controller may commit 3 into the ISR before this leader hears of
+        // it: an acknowledgement 3 does not hold could then be lost with it.
+        p.append_as_leader(&build_batch(2, 2_000, &[8u8; 40]), true).expect("append");
+        p.read(5, 1 << 20, true, 1, Some(2)).expect("fetch");
+        assert_eq!(p.offsets().high_watermark, 3, "3 is asked in and holds only 3 records");
+        p.read(4, 1 << 20, true, 1, Some(3)).expect("fetch");
+        assert_eq!(p.offsets().high_watermark, 4);
+        // Refused: 3 stops counting.
+        p.isr_change_refused(1);
+        assert_eq!(p.offsets().high_watermark, 5);
+        assert_eq!(p.isr_proposal(10_000, |_| true), None, "3 is behind the high watermark now");
+        // Caught up, asked again and applied: 3 counts as a member.
+        p.read(5, 1 << 20, true, 1, Some(3)).expect("fetch");
+        p.isr_proposal(10_000, |_| true).expect("asks again");
+        p.become_leader(1, 2, &[1, 2, 3], &[1, 2, 3]);
+        p.append_as_leader(&build_batch(1, 3_000, &[9u8; 40]), true).expect("append");
+        p.read(6, 1 << 20, true, 1, Some(2)).expect("fetch");
+        assert_eq!(p.offsets().high_watermark, 5);
+        p.read(6, 1 << 20, true, 1, Some(3)).expect("fetch");
+        assert_eq!(p.offsets().high_watermark, 6);
     }
 
     #[test]
