@@ -130,6 +130,12 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
     )
     .dynamic(),
     def("auto.create.topics.enable", Some("true"), Kind::Bool, "create topics on first Metadata/Produce"),
+    def(
+        "max.request.partition.size.limit",
+        Some("2000"),
+        int(1, I32_MAX),
+        "most partitions in one DescribeTopicPartitions answer (the client pages on with a cursor)",
+    ),
     def("auto.leader.rebalance.enable", Some("true"), Kind::Bool, "move leadership back to preferred replicas"),
     def(
         "leader.imbalance.check.interval.seconds",

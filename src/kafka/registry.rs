@@ -48,6 +48,7 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::UnregisterBroker, 0, 0),
     (ApiKey::AddRaftVoter, 0, 0),
@@ -253,6 +254,9 @@ async fn handle(
     let response = match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(handlers::metadata::handle(ctx, r, version, &client).await),
+        RequestKind::DescribeTopicPartitions(r) => {
+            ResponseKind::DescribeTopicPartitions(handlers::topic_partitions::handle(ctx, r, &client))
+        }
         RequestKind::FindCoordinator(r) => {
             ResponseKind::FindCoordinator(handlers::groups::find(ctx, r, version, &client).await)
         }

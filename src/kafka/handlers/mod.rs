@@ -15,6 +15,7 @@ pub mod produce;
 pub mod quorum;
 pub mod quotas;
 pub mod reassignments;
+pub mod topic_partitions;
 pub mod topics;
 pub mod users;
 
