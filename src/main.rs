@@ -217,6 +217,22 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+/// Raises this process's limit of open files to the hard limit, as Go's
+/// runtime and most servers do: a node holds a descriptor per log segment and
+/// per connection, and the usual soft limit (1024) is far below what 10,000
+/// partitions need. Logged, never fatal: the node runs with what it has.
+fn raise_open_files_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::debug!(from = soft, to = hard, "raised the open files limit"),
+            Err(e) => tracing::warn!(soft, hard, error = %e, "cannot raise the open files limit"),
+        },
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "cannot read the open files limit"),
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
     tokio::runtime::Builder::new_multi_thread().enable_all().build()
 }
@@ -231,6 +247,7 @@ fn main() -> ExitCode {
                 Err(e) => return usage_error(e),
             };
             init_logging(log_format);
+            raise_open_files_limit();
             let result = match runtime() {
                 Ok(rt) => rt.block_on(node::run(config)).map_err(|e| e.to_string()),
                 Err(e) => Err(e.to_string()),

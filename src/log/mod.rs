@@ -21,6 +21,7 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod compaction;
+mod index_file;
 pub mod leader_epoch;
 pub mod offset_index;
 pub mod partition_log;

@@ -7,13 +7,13 @@
 //! increasing in both fields; the file length is always entries × 8. The
 //! segment adds an entry every `index_interval_bytes` of batches, so a lookup
 //! gives a position from which a short scan finds any offset. The index is
-//! kept in memory and appended to the file; it is derived data, rebuilt from
-//! the `.log` whenever it is in doubt.
+//! kept in memory and written behind to the file when the segment flushes
+//! (`IndexFile`); it is derived data, rebuilt from the `.log` whenever it is
+//! in doubt.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use super::index_file::IndexFile;
 use super::{LogError, Result};
 
 /// Bytes per index entry on disk.
@@ -28,8 +28,7 @@ pub struct OffsetPosition {
 
 #[derive(Debug)]
 pub struct OffsetIndex {
-    path: PathBuf,
-    file: File,
+    file: IndexFile,
     base_offset: i64,
     max_entries: usize,
     /// (relative offset, position), strictly increasing in both.
@@ -39,9 +38,8 @@ pub struct OffsetIndex {
 impl OffsetIndex {
     /// Creates an empty index, replacing whatever file was at `path`.
     pub fn create(path: &Path, base_offset: i64, max_index_bytes: u64) -> Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        let file = IndexFile::create(path, OFFSET_INDEX_ENTRY_BYTES as usize)?;
         Ok(Self {
-            path: path.to_path_buf(),
             file,
             base_offset,
             max_entries: (max_index_bytes / OFFSET_INDEX_ENTRY_BYTES).max(1) as usize,
@@ -71,13 +69,13 @@ impl OffsetIndex {
             }
             entries.push((relative, position));
         }
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let file = IndexFile::existing(path, OFFSET_INDEX_ENTRY_BYTES as usize, entries.len());
         let max_entries = ((max_index_bytes / OFFSET_INDEX_ENTRY_BYTES).max(1) as usize).max(entries.len());
-        Ok(Some(Self { path: path.to_path_buf(), file, base_offset, max_entries, entries }))
+        Ok(Some(Self { file, base_offset, max_entries, entries }))
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 
     pub fn len(&self) -> usize {
@@ -119,12 +117,8 @@ impl OffsetIndex {
             }
         }
         if self.is_full() {
-            return Err(LogError::InvalidIndexAppend(format!("index {} is full", self.path.display())));
+            return Err(LogError::InvalidIndexAppend(format!("index {} is full", self.file.path().display())));
         }
-        let mut raw = [0u8; OFFSET_INDEX_ENTRY_BYTES as usize];
-        raw[..4].copy_from_slice(&relative.to_be_bytes());
-        raw[4..].copy_from_slice(&position.to_be_bytes());
-        self.file.write_all_at(&raw, self.entries.len() as u64 * OFFSET_INDEX_ENTRY_BYTES)?;
         self.entries.push((relative, position));
         Ok(())
     }
@@ -153,13 +147,18 @@ impl OffsetIndex {
     pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
         let keep = self.entries.partition_point(|&entry| self.absolute(entry).offset < offset);
         self.entries.truncate(keep);
-        self.file.set_len(keep as u64 * OFFSET_INDEX_ENTRY_BYTES)?;
-        Ok(())
+        self.file.truncate(keep)
     }
 
+    /// Writes the entries the file lacks, and fsyncs it.
     pub fn flush(&self) -> Result<()> {
-        self.file.sync_data()?;
-        Ok(())
+        self.file.flush(|from| {
+            self.entries[from..]
+                .iter()
+                .flat_map(|(relative, position)| [relative.to_be_bytes(), position.to_be_bytes()])
+                .flatten()
+                .collect()
+        })
     }
 }
 
@@ -205,6 +204,7 @@ mod tests {
         for i in 1..=5u32 {
             index.append(i64::from(i) * 10, i * 100)?;
         }
+        index.flush()?;
         index.truncate_to(30)?;
         assert_eq!(index.len(), 2);
         assert_eq!(std::fs::metadata(&path)?.len(), 2 * OFFSET_INDEX_ENTRY_BYTES);

@@ -7,13 +7,13 @@
 //! entry was written has a larger one. Timestamps never decrease; an entry
 //! whose timestamp does not exceed the last is skipped. When a segment stops
 //! being active its largest timestamp is appended, so the last entry gives
-//! the segment's largest timestamp after a restart. Kept in memory, appended
-//! to the file, rebuilt from the `.log` whenever in doubt.
+//! the segment's largest timestamp after a restart. Kept in memory, written
+//! behind to the file when the segment flushes (`IndexFile`), rebuilt from
+//! the `.log` whenever in doubt.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use super::index_file::IndexFile;
 use super::{LogError, Result};
 
 /// Bytes per index entry on disk.
@@ -28,8 +28,7 @@ pub struct TimestampEntry {
 
 #[derive(Debug)]
 pub struct TimeIndex {
-    path: PathBuf,
-    file: File,
+    file: IndexFile,
     base_offset: i64,
     max_entries: usize,
     /// (timestamp, relative offset): timestamps strictly increasing,
@@ -40,9 +39,8 @@ pub struct TimeIndex {
 impl TimeIndex {
     /// Creates an empty index, replacing whatever file was at `path`.
     pub fn create(path: &Path, base_offset: i64, max_index_bytes: u64) -> Result<Self> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        let file = IndexFile::create(path, TIME_INDEX_ENTRY_BYTES as usize)?;
         Ok(Self {
-            path: path.to_path_buf(),
             file,
             base_offset,
             max_entries: (max_index_bytes / TIME_INDEX_ENTRY_BYTES).max(2) as usize,
@@ -74,9 +72,9 @@ impl TimeIndex {
             }
             entries.push((timestamp, relative));
         }
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let file = IndexFile::existing(path, TIME_INDEX_ENTRY_BYTES as usize, entries.len());
         let max_entries = ((max_index_bytes / TIME_INDEX_ENTRY_BYTES).max(2) as usize).max(entries.len());
-        Ok(Some(Self { path: path.to_path_buf(), file, base_offset, max_entries, entries }))
+        Ok(Some(Self { file, base_offset, max_entries, entries }))
     }
 
     pub fn len(&self) -> usize {
@@ -124,12 +122,8 @@ impl TimeIndex {
             }
         }
         if self.entries.len() >= self.max_entries {
-            return Err(LogError::InvalidIndexAppend(format!("time index {} is full", self.path.display())));
+            return Err(LogError::InvalidIndexAppend(format!("time index {} is full", self.file.path().display())));
         }
-        let mut raw = [0u8; TIME_INDEX_ENTRY_BYTES as usize];
-        raw[..8].copy_from_slice(&timestamp.to_be_bytes());
-        raw[8..].copy_from_slice(&relative.to_be_bytes());
-        self.file.write_all_at(&raw, self.entries.len() as u64 * TIME_INDEX_ENTRY_BYTES)?;
         self.entries.push((timestamp, relative));
         Ok(true)
     }
@@ -156,13 +150,17 @@ impl TimeIndex {
     pub fn truncate_to(&mut self, offset: i64) -> Result<()> {
         let keep = self.entries.partition_point(|&entry| self.absolute(entry).offset < offset);
         self.entries.truncate(keep);
-        self.file.set_len(keep as u64 * TIME_INDEX_ENTRY_BYTES)?;
-        Ok(())
+        self.file.truncate(keep)
     }
 
+    /// Writes the entries the file lacks, and fsyncs it.
     pub fn flush(&self) -> Result<()> {
-        self.file.sync_data()?;
-        Ok(())
+        self.file.flush(|from| {
+            self.entries[from..]
+                .iter()
+                .flat_map(|(timestamp, relative)| timestamp.to_be_bytes().into_iter().chain(relative.to_be_bytes()))
+                .collect()
+        })
     }
 }
 
@@ -198,6 +196,7 @@ mod tests {
         for i in 1..=4 {
             index.maybe_append(i * 1_000, i * 10)?;
         }
+        index.flush()?;
         index.truncate_to(30)?;
         assert_eq!(index.last_entry(), Some(TimestampEntry { timestamp: 2_000, offset: 20 }));
         let reloaded = TimeIndex::load(&path, 0, 1200, 25)?.expect("sane index");
