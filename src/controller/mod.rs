@@ -147,27 +147,41 @@ impl Controller {
             ControllerRequest::ControlledShutdown { broker_id, incarnation_id } => {
                 self.controlled_shutdown(&quorum, broker_id, incarnation_id).await
             }
-            ControllerRequest::AlterPartition { broker_id, topic, partition, leader_epoch, partition_epoch, isr } => {
+            ControllerRequest::AlterPartition { broker_id, changes } => {
                 let _guard = match self.decision_lock(&quorum).await {
                     Ok(guard) => guard,
                     Err(e) => return ControllerResponse::Error(e),
                 };
                 let image = quorum.image();
-                match election::alter_partition(
-                    &image,
-                    broker_id,
-                    &topic,
-                    partition,
-                    leader_epoch,
-                    partition_epoch,
-                    &isr,
-                ) {
-                    Ok(record) => {
-                        let r = self.propose(&quorum, vec![record]).await;
-                        if r.is_ok() {
-                            tracing::info!(%topic, partition, ?isr, leader = broker_id, "ISR changed");
+                let mut records = Vec::new();
+                let refused: Vec<Option<ApiError>> = changes
+                    .iter()
+                    .map(|c| {
+                        election::alter_partition(
+                            &image,
+                            broker_id,
+                            &c.topic,
+                            c.partition,
+                            c.leader_epoch,
+                            c.partition_epoch,
+                            &c.isr,
+                        )
+                        .map(|record| records.push(record))
+                        .err()
+                    })
+                    .collect();
+                let accepted = records.len();
+                match self.propose(&quorum, records).await {
+                    Ok(index) => {
+                        if accepted > 0 {
+                            tracing::info!(
+                                leader = broker_id,
+                                changes = accepted,
+                                refused = changes.len() - accepted,
+                                "ISRs changed"
+                            );
                         }
-                        r
+                        return ControllerResponse::Partitions { index, refused };
                     }
                     Err(e) => Err(e),
                 }

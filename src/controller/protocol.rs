@@ -69,15 +69,13 @@ pub enum ControllerRequest {
         partition: i32,
         election: ElectionType,
     },
-    /// A partition leader asks for a new ISR (KIP-497's AlterPartition),
-    /// based on the leader and partition epochs it knows.
+    /// A partition leader asks for new ISRs (KIP-497's AlterPartition),
+    /// each based on the leader and partition epochs it knows; batched like
+    /// Kafka's, so a broker coming back into thousands of ISRs costs a few
+    /// metadata writes, not one each. Answered with `Partitions`.
     AlterPartition {
         broker_id: i32,
-        topic: String,
-        partition: i32,
-        leader_epoch: i32,
-        partition_epoch: i32,
-        isr: Vec<i32>,
+        changes: Vec<IsrChange>,
     },
     /// A block of producer ids for a broker's idempotent producers.
     AllocateProducerIds {
@@ -149,6 +147,16 @@ impl ControllerRequest {
     }
 }
 
+/// One partition's ISR change in an `AlterPartition` request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IsrChange {
+    pub topic: String,
+    pub partition: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<i32>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ControllerResponse {
     /// Done; the change is in the metadata log at `index` (0: nothing to write).
@@ -165,6 +173,13 @@ pub enum ControllerResponse {
         start: i64,
         len: i64,
         index: u64,
+    },
+    /// Per change of a batched request, in its order: `None` when it is in
+    /// the metadata log at `index`, else why it was refused (nothing was
+    /// proposed for it). A failure of the whole batch is `Error`.
+    Partitions {
+        index: u64,
+        refused: Vec<Option<ApiError>>,
     },
     /// The broker must register (again) before heartbeating.
     UnknownBroker,
