@@ -395,6 +395,9 @@ impl Controller {
                 let random = topics::Randomness { topic_id: TopicId(rand::random()), placement_start: start };
                 topics::create_topic(&image, name, *partitions, *replication_factor, configs, random)?
             }
+            ControllerRequest::CreateTopicAssigned { name, assignment, configs } => {
+                topics::create_topic_assigned(&image, name, assignment, configs, TopicId(rand::random()))?
+            }
             ControllerRequest::DeleteTopic { name } => topics::delete_topic(&image, name)?,
             ControllerRequest::CreatePartitions { name, count } => {
                 topics::create_partitions(&image, name, *count, start)?
@@ -801,6 +804,9 @@ fn log_admin_write(request: &ControllerRequest, index: u64) {
     match request {
         ControllerRequest::CreateTopic { name, partitions, replication_factor, .. } => {
             tracing::info!(topic = %name, partitions, replication_factor, index, "topic created")
+        }
+        ControllerRequest::CreateTopicAssigned { name, assignment, .. } => {
+            tracing::info!(topic = %name, ?assignment, index, "topic created with the replicas given")
         }
         ControllerRequest::DeleteTopic { name } => tracing::info!(topic = %name, index, "topic deleted"),
         ControllerRequest::CreatePartitions { name, count } => {

@@ -47,6 +47,12 @@ pub enum ControllerRequest {
         replication_factor: i64,
         configs: BTreeMap<String, String>,
     },
+    /// CreateTopics with the replicas of each partition given, in partition order.
+    CreateTopicAssigned {
+        name: String,
+        assignment: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+    },
     DeleteTopic {
         name: String,
     },
@@ -138,6 +144,7 @@ impl ControllerRequest {
         !matches!(
             self,
             Self::CreateTopic { .. }
+                | Self::CreateTopicAssigned { .. }
                 | Self::DeleteTopic { .. }
                 | Self::CreatePartitions { .. }
                 | Self::ElectLeader { .. }

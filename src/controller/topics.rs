@@ -80,8 +80,6 @@ pub fn create_topic(
         ));
     }
     let configs = validate_configs(configs)?;
-    let topic_id = random.topic_id;
-    let mut records = vec![MetadataRecord::Topic { name: name.to_string(), topic_id }];
     let placed = place_replicas(
         &brokers,
         &Racks::of_image(image),
@@ -90,19 +88,77 @@ pub fn create_topic(
         replication_factor as usize,
         random.placement_start,
     );
-    records.extend(placed.into_iter().enumerate().map(|(p, replicas)| MetadataRecord::Partition {
-        topic_id,
-        partition: p as i32,
-        leader: replicas.first().copied(),
-        isr: replicas.clone(),
-        replicas,
+    Ok(topic_records(image, name, random.topic_id, placed, configs))
+}
+
+/// A topic's records: the topic, each partition led by its first active
+/// replica with the active ones in sync, and its configs.
+fn topic_records(
+    image: &MetadataImage,
+    name: &str,
+    topic_id: TopicId,
+    placed: Vec<Vec<i32>>,
+    configs: BTreeMap<String, String>,
+) -> Vec<MetadataRecord> {
+    let mut records = vec![MetadataRecord::Topic { name: name.to_string(), topic_id }];
+    records.extend(placed.into_iter().enumerate().map(|(p, replicas)| {
+        let isr: Vec<i32> = replicas.iter().copied().filter(|b| image.is_active(*b)).collect();
+        MetadataRecord::Partition { topic_id, partition: p as i32, leader: isr.first().copied(), isr, replicas }
     }));
     records.extend(configs.into_iter().map(|(key, value)| MetadataRecord::Config {
         resource: ConfigResource::Topic(name.to_string()),
         key,
         value: Some(value),
     }));
-    Ok(records)
+    records
+}
+
+/// A topic create with the replicas of every partition given (CreateTopics'
+/// manual assignment), checked as Kafka's controller checks it: partitions
+/// 0..n in order, each with a non-empty list of distinct registered brokers
+/// at least one of which is active, all of one length. Each partition is led
+/// by its first active replica; the active ones are its ISR.
+pub fn create_topic_assigned(
+    image: &MetadataImage,
+    name: &str,
+    assignment: &[Vec<i32>],
+    configs: &BTreeMap<String, String>,
+    topic_id: TopicId,
+) -> Result<Vec<MetadataRecord>, ApiError> {
+    validate_topic_name(name)?;
+    if image.topics.contains_key(name) {
+        return Err(ApiError::new(ErrorCode::TopicAlreadyExists, format!("topic `{name}` already exists")));
+    }
+    if assignment.is_empty() || assignment.len() as i64 > PARTITIONS_MAX {
+        return Err(ApiError::new(
+            ErrorCode::InvalidPartitions,
+            format!("partitions must be between 1 and {PARTITIONS_MAX}, got {}", assignment.len()),
+        ));
+    }
+    let bad = |m: String| ApiError::new(ErrorCode::InvalidReplicaAssignment, m);
+    for (p, replicas) in assignment.iter().enumerate() {
+        if replicas.is_empty() {
+            return Err(bad(format!("partition {p} has an empty replica list")));
+        }
+        if replicas.len() != assignment[0].len() {
+            return Err(bad(format!(
+                "partition {p} has {} replica(s), but partition 0 has {}: every partition needs the same number",
+                replicas.len(),
+                assignment[0].len()
+            )));
+        }
+        if let Some(b) = replicas.iter().find(|b| replicas.iter().filter(|x| x == b).count() > 1) {
+            return Err(bad(format!("partition {p} names broker {b} twice")));
+        }
+        if let Some(b) = replicas.iter().find(|b| !image.brokers.contains_key(b)) {
+            return Err(bad(format!("partition {p} names broker {b}, which is not registered")));
+        }
+        if !replicas.iter().any(|b| image.is_active(*b)) {
+            return Err(bad(format!("every broker named for partition {p} is fenced")));
+        }
+    }
+    let configs = validate_configs(configs)?;
+    Ok(topic_records(image, name, topic_id, assignment.to_vec(), configs))
 }
 
 fn unknown_topic(name: &str) -> ApiError {
@@ -205,6 +261,32 @@ mod tests {
         for bad in ["", ".", "..", "has space", "slash/", "ü", &"x".repeat(250)] {
             assert_eq!(validate_topic_name(bad).expect_err(bad).code, ErrorCode::InvalidTopicException);
         }
+    }
+
+    #[test]
+    fn a_manual_assignment_is_kept_and_checked_as_kafka_checks_it() {
+        // 1, 2, 3 registered; 3 fenced.
+        let mut img = image_with_brokers([1, 2, 3], &[1, 2]);
+        let none = BTreeMap::new();
+        let records = create_topic_assigned(&img, "m", &[vec![3, 1], vec![2, 3]], &none, TopicId(5)).expect("create");
+        for r in &records {
+            img.apply(r).expect("apply");
+        }
+        let t = &img.topics["m"];
+        let (p0, p1) = (&t.partitions[&0], &t.partitions[&1]);
+        assert_eq!((p0.replicas.clone(), p0.leader, p0.isr.clone()), (vec![3, 1], Some(1), vec![1]));
+        assert_eq!((p1.replicas.clone(), p1.leader, p1.isr.clone()), (vec![2, 3], Some(2), vec![2]));
+        let code = |a: &[Vec<i32>]| create_topic_assigned(&img, "n", a, &none, TopicId(6)).expect_err("bad").code;
+        assert_eq!(code(&[vec![]]), ErrorCode::InvalidReplicaAssignment, "empty");
+        assert_eq!(code(&[vec![1, 1]]), ErrorCode::InvalidReplicaAssignment, "twice");
+        assert_eq!(code(&[vec![1, 4]]), ErrorCode::InvalidReplicaAssignment, "not registered");
+        assert_eq!(code(&[vec![3]]), ErrorCode::InvalidReplicaAssignment, "all fenced");
+        assert_eq!(code(&[vec![1, 2], vec![1]]), ErrorCode::InvalidReplicaAssignment, "replica counts differ");
+        assert_eq!(code(&[]), ErrorCode::InvalidPartitions);
+        assert_eq!(
+            create_topic_assigned(&img, "m", &[vec![1]], &none, TopicId(7)).expect_err("dup").code,
+            ErrorCode::TopicAlreadyExists
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{
 use super::{api_error, str_bytes, topic_uuid};
 use crate::admin::controller_write;
 use crate::controller::protocol::ControllerRequest;
-use crate::controller::topics::{create_topic, validate_configs, Randomness};
+use crate::controller::topics::{create_topic, create_topic_assigned, validate_configs, Randomness};
 use crate::error::{ApiError, ErrorCode};
 use crate::kafka::registry::Client;
 use crate::node::NodeContext;
@@ -58,10 +58,43 @@ pub async fn create(
             .iter()
             .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
             .collect();
+        // A manual assignment: the replicas of partitions 0..n, in order.
+        let assignment = (!topic.assignments.is_empty()).then(|| {
+            let mut given: Vec<(i32, Vec<i32>)> = topic
+                .assignments
+                .iter()
+                .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
+                .collect();
+            given.sort_by_key(|(p, _)| *p);
+            given
+        });
+        let (partitions, rf) = match &assignment {
+            Some(a) => (a.len() as i64, a.first().map_or(0, |(_, r)| r.len() as i64)),
+            None => (partitions, rf),
+        };
         let outcome = if !may_create_any && !allowed(ctx, client, Operation::Create, &name) {
             Err(denied("CREATE on the cluster or the topic is needed"))
-        } else if !topic.assignments.is_empty() {
-            Err(invalid("manual replica assignment is not supported; leave assignments empty"))
+        } else if let Some(given) = assignment {
+            if topic.num_partitions != -1 || topic.replication_factor != -1 {
+                Err(invalid("both num_partitions or replication_factor and assignments were set: use one or the other"))
+            } else if given.iter().enumerate().any(|(i, (p, _))| *p != i as i32) {
+                Err(ApiError::new(
+                    ErrorCode::InvalidReplicaAssignment,
+                    "the assigned partitions must be 0, 1, 2, ... with none missing or repeated",
+                ))
+            } else {
+                let replicas: Vec<Vec<i32>> = given.into_iter().map(|(_, r)| r).collect();
+                if request.validate_only {
+                    create_topic_assigned(&ctx.quorum.image(), &name, &replicas, &configs, strom_raft::TopicId(0))
+                        .map(|_| ())
+                } else {
+                    controller_write(
+                        ctx,
+                        ControllerRequest::CreateTopicAssigned { name: name.clone(), assignment: replicas, configs },
+                    )
+                    .await
+                }
+            }
         } else if request.validate_only {
             let random = Randomness { topic_id: strom_raft::TopicId(0), placement_start: 0 };
             validate_configs(&configs)
