@@ -153,7 +153,9 @@ impl OffsetIndex {
     /// Writes the entries the file lacks, and fsyncs it.
     pub fn flush(&self) -> Result<()> {
         self.file.flush(|from| {
-            self.entries[from..]
+            self.entries
+                .get(from..)
+                .unwrap_or_default()
                 .iter()
                 .flat_map(|(relative, position)| [relative.to_be_bytes(), position.to_be_bytes()])
                 .flatten()

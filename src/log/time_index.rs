@@ -156,7 +156,9 @@ impl TimeIndex {
     /// Writes the entries the file lacks, and fsyncs it.
     pub fn flush(&self) -> Result<()> {
         self.file.flush(|from| {
-            self.entries[from..]
+            self.entries
+                .get(from..)
+                .unwrap_or_default()
                 .iter()
                 .flat_map(|(timestamp, relative)| timestamp.to_be_bytes().into_iter().chain(relative.to_be_bytes()))
                 .collect()
