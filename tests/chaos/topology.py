@@ -35,6 +35,8 @@ sys.path.insert(0, os.path.join(REPO, "tests", "kafka"))
 import harness  # noqa: E402  (polling and the admin API, shared with the Kafka client tests)
 import lossyfs  # noqa: E402  (its control client; the file system runs as its own process)
 NETNS = os.path.join(REPO, "deploy", "demos", "netns.sh")
+POWER_CANARY = ".power-canary"  # beside the broker's data, which ignores it
+CANARY_BYTES = 8192
 LOSSYFS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lossyfs.py")
 FAKETIME_LIB = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 # The disk nemesis: each node's data on a tmpfs this large, the broker refusing writes
@@ -568,12 +570,36 @@ class Topology:
             node.proc.wait(timeout=30)
             node.proc = None
             node.paused = False
+        # A canary per node, written and never fsynced: proof that the drop took effect even
+        # when the broker had fsynced everything it wrote (log.flush.interval.messages=1).
+        canaries = {}
+        for node in self.nodes.values():
+            path = os.path.join(node.data_dir, POWER_CANARY)
+            try:
+                with open(path, "wb") as f:
+                    f.write(b"\xa5" * CANARY_BYTES)
+                canaries[node.id] = path
+            except OSError as e:
+                self.say(f"node {node.id}: could not write the power canary: {e}")
         dropped = {}
         for node in self.nodes.values():
             try:
                 dropped[node.id] = node.lossy.command("drop")
             except (OSError, RuntimeError, ValueError) as e:  # a dead lossyfs: check_storage() reports it
                 dropped[node.id] = {"files": 0, "bytes": 0, "error": str(e)}
+        for nid, path in canaries.items():
+            d = dropped[nid]  # the canary is the harness's, not the broker's: out of the counts
+            held = {k: v for k, v in d.get("paths", {}).items() if k and k.endswith(POWER_CANARY)}
+            for k, v in held.items():
+                del d["paths"][k]
+                d["bytes"] -= v
+                d["files"] -= 1
+            try:
+                d["canary_lost"] = bool(held) and os.path.getsize(path) == 0
+                os.unlink(path)
+            except OSError as e:
+                dropped[nid]["canary_lost"] = None
+                self.say(f"node {nid}: could not read the power canary: {e}")
         return dropped
 
     def sync_storage(self):
