@@ -46,7 +46,8 @@ ip netns exec "strom-$TAG-$LEADER" "$PYTHON" "$(dirname "$0")/client.py" produce
   "$DEMO_DIR/acked-cut-side.txt" cut- > "$DEMO_DIR/producer-cut-side.out" 2>&1 &
 CUT_PRODUCER=$!
 say "a client inside broker $LEADER's namespace writes with acks=all (500 records/s for 12 s)"
-sleep 2
+# Cut only once it is writing (its start, imports included, can take seconds on a busy machine).
+wait_until "the client's first 200 records" 30 sh -c "curl -sf http://$(host "$LEADER"):9644/v1/topics/ledger | jq -e '.partitions[0].high_watermark >= 200'"
 CUT_AT=$(date +%s.%N)
 "$NETNS" cut "$TAG" "$LEADER"
 say "network cut: broker $LEADER (leader) can reach no other broker"

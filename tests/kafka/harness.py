@@ -25,13 +25,24 @@ def strom_bin():
     return os.path.abspath(os.environ.get("STROM_BIN", DEFAULT_BIN))
 
 
+_HANDED_OUT = set()  # every port free_ports() has returned in this process
+
+
 def free_ports(n):
-    """Free loopback ports: bound once to learn them, then released."""
-    socks = [socket.socket() for _ in range(n)]
+    """Free loopback ports: bound once to learn them, then released. Never one it
+    returned before in this process: two calls in a row (a cluster's main ports, then
+    its extra listeners) would otherwise get the same released port back."""
+    socks, ports = [], []
     try:
-        for s in socks:
+        while len(ports) < n:
+            s = socket.socket()
+            socks.append(s)
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+            port = s.getsockname()[1]
+            if port not in _HANDED_OUT:
+                _HANDED_OUT.add(port)
+                ports.append(port)
+        return ports
     finally:
         for s in socks:
             s.close()
