@@ -130,6 +130,7 @@ struct ServeArgs {
     /// KEY=VALUE setting; repeatable; wins over --config.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Log lines as text, or as JSON objects (one per line).
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
 }
@@ -138,6 +139,7 @@ struct ServeArgs {
 struct ClusterCli {
     #[command(flatten)]
     args: ClusterArgs,
+    /// Log lines as text, or as JSON objects (one per line).
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
 }
@@ -320,5 +322,31 @@ mod tests {
         assert!(parse_quorum("0@127.0.0.1:1").is_err());
         assert!(parse_quorum("x").is_err());
         assert!(parse_quorum("1@nohost").is_err());
+    }
+
+    /// Every subcommand, flag and positional argument of every command, with
+    /// no help line.
+    fn undocumented(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+            if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                out.push(format!("{path} {}", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            let name = format!("{path} {}", sub.get_name());
+            if sub.get_name() != "help" && sub.get_about().is_none() && sub.get_long_about().is_none() {
+                out.push(name.clone());
+            }
+            undocumented(sub, &name, out);
+        }
+    }
+
+    #[test]
+    fn every_subcommand_and_flag_has_a_line_of_help() {
+        use clap::CommandFactory;
+        let mut missing = Vec::new();
+        undocumented(&Cli::command(), "strom", &mut missing);
+        assert!(missing.is_empty(), "without help: {missing:#?}");
     }
 }

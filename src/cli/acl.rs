@@ -93,6 +93,6 @@ pub async fn acl(args: AdminArgs, command: AclCommand) -> CliResult {
                 .collect(),
         );
     }
-    print!("{table}");
+    out!("{table}");
     Ok(())
 }

@@ -19,16 +19,16 @@ pub async fn balancer(args: AdminArgs, command: BalancerCommand) -> CliResult {
         print_json(&b);
         return Ok(());
     }
-    println!("Mode: {}  last run: {}", s(&b["mode"]), s(&b["last_run_ms"]));
+    outln!("Mode: {}  last run: {}", s(&b["mode"]), s(&b["last_run_ms"]));
     let mut counts = Table::new(&["BROKER", "REPLICAS", "LEADERS"]);
     for (broker, n) in b["imbalance"]["replicas"].as_object().into_iter().flatten() {
         counts.row(vec![broker.clone(), s(n), s(&b["imbalance"]["leaders"][broker])]);
     }
-    print!("{counts}");
+    out!("{counts}");
     let mut moves = Table::new(&["TOPIC", "PARTITION", "FROM", "TO", "REASON"]);
     for m in b["moves"].as_array().into_iter().flatten() {
         moves.row(vec![s(&m["topic"]), s(&m["partition"]), s(&m["from"]), s(&m["to"]), s(&m["reason"])]);
     }
-    print!("{moves}");
+    out!("{moves}");
     Ok(())
 }

@@ -11,6 +11,7 @@ use super::{print_json, s, AdminArgs, Api, CliResult};
 pub enum BrokerCommand {
     /// Drain a broker (leaderships, then replicas); it is unregistered once empty.
     Decommission {
+        /// The broker's node id.
         id: i32,
         /// Stop a running drain instead.
         #[arg(long)]
@@ -18,13 +19,17 @@ pub enum BrokerCommand {
     },
     /// Put a broker in maintenance: it keeps its replicas and leads nothing.
     Maintenance {
+        /// The broker's node id.
         id: i32,
         /// Take it out of maintenance instead.
         #[arg(long)]
         off: bool,
     },
     /// Unregister a broker that is dead or drained and holds no replica.
-    Unregister { id: i32 },
+    Unregister {
+        /// The broker's node id.
+        id: i32,
+    },
 }
 
 fn print_broker(b: &Value) {
@@ -38,7 +43,7 @@ fn print_broker(b: &Value) {
         s(&b["decommission"]["state"]),
         s(&b["decommission"]["replicas_left"]),
     ]);
-    print!("{table}");
+    out!("{table}");
 }
 
 pub async fn broker(args: AdminArgs, command: BrokerCommand) -> CliResult {
@@ -61,7 +66,7 @@ pub async fn broker(args: AdminArgs, command: BrokerCommand) -> CliResult {
     let b = api.call(method, &path, None).await?;
     if let BrokerCommand::Unregister { id } = command {
         if !args.json {
-            println!("Unregistered broker {id}");
+            outln!("Unregistered broker {id}");
         }
         return Ok(());
     }

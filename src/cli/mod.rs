@@ -2,9 +2,28 @@
 //! readable tables, or the API's JSON with `--json`. Exit 0 on success, 1 on
 //! an API error (its code and message on stderr).
 
+/// `print!` to stdout for the admin subcommands; a closed pipe (`strom ... |
+/// head`) ends the command quietly with exit 0, as ripgrep and other tools do,
+/// instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))
+    };
+}
+
+/// `println!` to stdout, a closed pipe handled as [`out!`] does.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 mod acl;
 mod balancer;
 mod broker;
+mod consume;
+mod kafka;
+mod produce;
 mod quorum;
 mod reassign;
 mod table;
@@ -49,35 +68,121 @@ pub struct AdminArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum TopicCommand {
+    /// Create a topic.
     Create {
+        /// The topic's name: letters, digits, `.`, `_` and `-`, at most 249.
         name: String,
+        /// How many partitions.
         #[arg(long)]
         partitions: i64,
+        /// How many replicas of each partition (at most the number of brokers).
         #[arg(long)]
         replication_factor: i64,
         /// K=V topic config; repeatable.
         #[arg(long = "config", value_name = "K=V")]
         configs: Vec<String>,
     },
+    /// List the topics with their partition counts and replication factors.
     List,
+    /// Show a topic's configs and each partition's leader, replicas, ISR and offsets.
     Describe {
+        /// The topic.
         name: String,
     },
+    /// Delete a topic and its data.
     Delete {
+        /// The topic.
         name: String,
     },
+    /// Raise a topic's partition count.
     AddPartitions {
+        /// The topic.
         name: String,
         /// The new total number of partitions.
         #[arg(long)]
         count: i64,
     },
+    /// Produce lines from stdin as records (one record per line), as kcat -P does.
+    Produce {
+        /// The topic.
+        name: String,
+        /// Kafka listeners HOST:PORT,... (default: every broker the admin API lists).
+        #[arg(long, env = "STROM_BOOTSTRAP")]
+        bootstrap: Option<String>,
+        /// Split each line at the first SEP into key and value (a line without it has no key).
+        #[arg(long, value_name = "SEP")]
+        key_separator: Option<String>,
+        /// A K=V header on every record; repeatable.
+        #[arg(long = "header", value_name = "K=V")]
+        headers: Vec<String>,
+        /// Write every record to this partition (default: by key as Kafka's
+        /// partitioner does, keyless batches round robin).
+        #[arg(long)]
+        partition: Option<i32>,
+        /// Acknowledgement to wait for: all (every in-sync replica) or 1 (the leader).
+        #[arg(long, default_value = "all", value_parser = parse_acks)]
+        acks: i16,
+    },
+    /// Print records to stdout: new ones, from the beginning, or as a group member.
+    Consume {
+        /// The topic.
+        name: String,
+        /// Kafka listeners HOST:PORT,... (default: every broker the admin API lists).
+        #[arg(long, env = "STROM_BOOTSTRAP")]
+        bootstrap: Option<String>,
+        /// Start at the oldest record (default: only records produced from now
+        /// on); with --group, only where the group has no committed offset.
+        #[arg(long)]
+        from_beginning: bool,
+        /// Consume as a member of this consumer group (range assignor),
+        /// starting at its committed offsets and committing what is printed.
+        #[arg(long)]
+        group: Option<String>,
+        /// How to print each record, with kcat's tokens: %t topic, %p
+        /// partition, %o offset, %k key, %s value, %T timestamp (ms), %h
+        /// headers, %% a percent sign; \n and \t escapes.
+        #[arg(long, default_value = "%s\\n")]
+        format: String,
+        /// Exit after printing this many records (default: run until Ctrl-C).
+        #[arg(long)]
+        count: Option<u64>,
+        /// Read only this partition (not with --group).
+        #[arg(long)]
+        partition: Option<i32>,
+    },
+}
+
+fn parse_acks(text: &str) -> Result<i16, String> {
+    match text {
+        "all" | "-1" => Ok(-1),
+        "1" => Ok(1),
+        other => Err(format!("`{other}`: use all or 1")),
+    }
 }
 
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {
+    /// List the consumer groups with their states and member counts.
     List,
-    Describe { group: String },
+    /// Show a group's members, their assignments and its committed offsets with lag.
+    Describe {
+        /// The group id.
+        group: String,
+    },
+}
+
+/// Writes to stdout. A reader that went away (EPIPE) ends the process with
+/// exit 0: what it wanted was printed. Any other write error exits 1.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(args).and_then(|()| stdout.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing stdout: {e}");
+        std::process::exit(1);
+    }
 }
 
 /// An admin command's failure: the message for stderr.
@@ -170,7 +275,7 @@ impl Api {
 }
 
 fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
+    outln!("{}", serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string()));
 }
 
 fn s(v: &Value) -> String {
@@ -183,10 +288,10 @@ fn s(v: &Value) -> String {
 }
 
 fn describe_topic(t: &Value) {
-    println!("Topic: {}  id: {}", s(&t["name"]), s(&t["topic_id"]));
+    outln!("Topic: {}  id: {}", s(&t["name"]), s(&t["topic_id"]));
     if let Some(configs) = t["configs"].as_object() {
         let shown: Vec<String> = configs.iter().map(|(k, v)| format!("{k}={}", s(v))).collect();
-        println!("Configs: {}", shown.join(" "));
+        outln!("Configs: {}", shown.join(" "));
     }
     let mut table =
         Table::new(&["PARTITION", "LEADER", "EPOCH", "REPLICAS", "ISR", "STATE", "LOG-START", "LOG-END", "HW"]);
@@ -203,7 +308,7 @@ fn describe_topic(t: &Value) {
             s(&p["high_watermark"]),
         ]);
     }
-    print!("{table}");
+    out!("{table}");
 }
 
 fn parse_configs(pairs: &[String]) -> Result<Value, String> {
@@ -230,7 +335,7 @@ pub async fn topic(args: AdminArgs, command: TopicCommand) -> CliResult {
                 for t in topics.as_array().into_iter().flatten() {
                     table.row(vec![s(&t["name"]), s(&t["partitions"]), s(&t["replication_factor"])]);
                 }
-                print!("{table}");
+                out!("{table}");
                 return Ok(());
             }
             topics
@@ -239,13 +344,22 @@ pub async fn topic(args: AdminArgs, command: TopicCommand) -> CliResult {
         TopicCommand::Delete { name } => {
             api.call(reqwest::Method::DELETE, &format!("/v1/topics/{name}"), None).await?;
             if !args.json {
-                println!("Deleted topic {name}");
+                outln!("Deleted topic {name}");
             }
             return Ok(());
         }
         TopicCommand::AddPartitions { name, count } => {
             api.call(reqwest::Method::POST, &format!("/v1/topics/{name}/partitions"), Some(json!({"count": count})))
                 .await?
+        }
+        TopicCommand::Produce { name, bootstrap, key_separator, headers, partition, acks } => {
+            let options = produce::ProduceOptions { topic: name, bootstrap, key_separator, headers, partition, acks };
+            return produce::produce(&api, options).await;
+        }
+        TopicCommand::Consume { name, bootstrap, from_beginning, group, format, count, partition } => {
+            let options =
+                consume::ConsumeOptions { topic: name, bootstrap, from_beginning, group, format, count, partition };
+            return consume::consume(&api, options).await;
         }
     };
     if args.json {
@@ -269,7 +383,7 @@ pub async fn group(args: AdminArgs, command: GroupCommand) -> CliResult {
             for g in groups.as_array().into_iter().flatten() {
                 table.row(vec![s(&g["group_id"]), s(&g["state"]), s(&g["members"]), s(&g["protocol"])]);
             }
-            print!("{table}");
+            out!("{table}");
         }
         GroupCommand::Describe { group } => {
             let g = api.get(&format!("/v1/groups/{group}")).await?;
@@ -277,7 +391,7 @@ pub async fn group(args: AdminArgs, command: GroupCommand) -> CliResult {
                 print_json(&g);
                 return Ok(());
             }
-            println!(
+            outln!(
                 "Group: {}  state: {}  generation: {}  protocol: {}",
                 s(&g["group_id"]),
                 s(&g["state"]),
@@ -294,7 +408,7 @@ pub async fn group(args: AdminArgs, command: GroupCommand) -> CliResult {
                     .collect();
                 members.row(vec![s(&m["member_id"]), s(&m["client_id"]), s(&m["host"]), assignment.join(" ")]);
             }
-            print!("{members}");
+            out!("{members}");
             let mut offsets = Table::new(&["TOPIC", "PARTITION", "COMMITTED", "LOG-END", "LAG"]);
             for o in g["offsets"].as_array().into_iter().flatten() {
                 offsets.row(vec![
@@ -305,7 +419,7 @@ pub async fn group(args: AdminArgs, command: GroupCommand) -> CliResult {
                     s(&o["lag"]),
                 ]);
             }
-            print!("{offsets}");
+            out!("{offsets}");
         }
     }
     Ok(())
@@ -319,9 +433,9 @@ pub async fn cluster_info(args: AdminArgs) -> CliResult {
         return Ok(());
     }
     let q = &c["quorum"];
-    println!("Cluster: {}", s(&c["cluster_id"]));
-    println!("Controller: {}", s(&c["controller_id"]));
-    println!(
+    outln!("Cluster: {}", s(&c["cluster_id"]));
+    outln!("Controller: {}", s(&c["controller_id"]));
+    outln!(
         "Quorum: leader {}  term {}  commit index {}  voters [{}]  observers [{}]",
         s(&q["leader_id"]),
         s(&q["term"]),
@@ -334,6 +448,6 @@ pub async fn cluster_info(args: AdminArgs) -> CliResult {
         let ctl = if b["is_controller"].as_bool() == Some(true) { "yes" } else { "" };
         table.row(vec![s(&b["id"]), s(&b["kafka"]), s(&b["admin"]), s(&b["state"]), ctl.into()]);
     }
-    print!("{table}");
+    out!("{table}");
     Ok(())
 }

@@ -12,20 +12,26 @@ pub enum QuorumCommand {
     /// Leader, term, voters and observers with their lag.
     Describe,
     /// Promote a caught-up observer to voter.
-    AddVoter { id: u64 },
+    AddVoter {
+        /// The observer's node id.
+        id: u64,
+    },
     /// Turn a voter into an observer.
-    RemoveVoter { id: u64 },
+    RemoveVoter {
+        /// The voter's node id.
+        id: u64,
+    },
 }
 
 fn print_quorum(q: &Value) {
-    println!("Leader: {}  term: {}  commit index: {}", s(&q["leader_id"]), s(&q["term"]), s(&q["commit_index"]));
+    outln!("Leader: {}  term: {}  commit index: {}", s(&q["leader_id"]), s(&q["term"]), s(&q["commit_index"]));
     let mut table = Table::new(&["ID", "ROLE", "RAFT", "MATCH-INDEX", "LAG"]);
     for (role, key) in [("voter", "voters"), ("observer", "observers")] {
         for m in q[key].as_array().into_iter().flatten() {
             table.row(vec![s(&m["id"]), role.into(), s(&m["raft"]), s(&m["match_index"]), s(&m["lag"])]);
         }
     }
-    print!("{table}");
+    out!("{table}");
 }
 
 pub async fn quorum(args: AdminArgs, command: QuorumCommand) -> CliResult {

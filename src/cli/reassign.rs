@@ -11,14 +11,21 @@ use super::{print_json, s, AdminArgs, Api, CliResult};
 pub enum PartitionCommand {
     /// Move a partition to new replicas (the first is the preferred leader).
     Reassign {
+        /// The topic.
         topic: String,
+        /// The partition's index.
         partition: i32,
         /// Target broker ids, comma-separated, e.g. 4,1,2.
         #[arg(long, value_delimiter = ',', required = true)]
         replicas: Vec<i32>,
     },
     /// Cancel a partition's running move: the original replicas return.
-    CancelReassignment { topic: String, partition: i32 },
+    CancelReassignment {
+        /// The topic.
+        topic: String,
+        /// The partition's index.
+        partition: i32,
+    },
 }
 
 fn print_partition(p: &Value) {
@@ -35,7 +42,7 @@ fn print_partition(p: &Value) {
         s(&r["removing"]),
         s(&r["bytes_left"]),
     ]);
-    print!("{table}");
+    out!("{table}");
 }
 
 pub async fn partition(args: AdminArgs, command: PartitionCommand) -> CliResult {
@@ -76,6 +83,6 @@ pub async fn reassignments(args: AdminArgs) -> CliResult {
             s(&r["bytes_left"]),
         ]);
     }
-    print!("{table}");
+    out!("{table}");
     Ok(())
 }

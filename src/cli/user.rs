@@ -14,6 +14,7 @@ use crate::security::certs::Authority;
 pub enum UserCommand {
     /// Create a user, or set a new password for one.
     Create {
+        /// The user's name (the SASL principal `User:NAME`).
         name: String,
         /// The password; read from STROM_USER_PASSWORD when not given.
         #[arg(long, env = "STROM_USER_PASSWORD", hide_env_values = true)]
@@ -26,7 +27,10 @@ pub enum UserCommand {
         iterations: Option<i64>,
     },
     /// Remove a user's credentials.
-    Delete { name: String },
+    Delete {
+        /// The user's name.
+        name: String,
+    },
     /// Users and their mechanisms.
     List,
 }
@@ -47,7 +51,7 @@ pub async fn user(args: AdminArgs, command: UserCommand) -> CliResult {
         UserCommand::Delete { name } => {
             api.call(reqwest::Method::DELETE, &format!("/v1/users/{name}"), None).await?;
             if !args.json {
-                println!("Deleted user {name}");
+                outln!("Deleted user {name}");
             }
             return Ok(());
         }
@@ -62,7 +66,7 @@ pub async fn user(args: AdminArgs, command: UserCommand) -> CliResult {
     for u in &users {
         table.row(vec![s(&u["name"]), s(&u["mechanisms"])]);
     }
-    print!("{table}");
+    out!("{table}");
     Ok(())
 }
 
@@ -95,7 +99,7 @@ pub fn certs(args: CertsArgs) -> CliResult {
         write(&args.dir.join(format!("client-{name}.pem")), &client.cert_pem, false)?;
         write(&args.dir.join(format!("client-{name}.key")), &client.key_pem, true)?;
     }
-    println!(
+    outln!(
         "Wrote ca.pem, server.pem{} to {}",
         if args.clients.is_empty() { "" } else { " and client certificates" },
         args.dir.display()

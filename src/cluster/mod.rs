@@ -8,6 +8,7 @@
 //! observers and brokers. Nodes still running (the cluster's first `strom
 //! cluster` still up) are left to their supervisor.
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -37,10 +38,13 @@ pub struct ClusterArgs {
     /// Voters are nodes 1..K (default: min(N, 3)); the rest are observers.
     #[arg(long)]
     pub voters: Option<u16>,
+    /// Node i's Kafka listener is on this port + i - 1.
     #[arg(long, default_value_t = 9092)]
     pub kafka_base: u16,
+    /// Node i's admin API is on this port + i - 1.
     #[arg(long, default_value_t = 9644)]
     pub admin_base: u16,
+    /// Node i's quorum RPC is on this port + i - 1.
     #[arg(long, default_value_t = 19092)]
     pub raft_base: u16,
     /// KEY=VALUE setting passed to every node; repeatable.
@@ -54,6 +58,10 @@ pub struct ClusterArgs {
     /// With --secure: the first port of the nodes' SSL inter-broker listeners.
     #[arg(long, default_value_t = 29092)]
     pub inter_broker_base: u16,
+    /// Print cluster.json once the cluster is up instead of a summary (the
+    /// default when stdout is not a terminal, so scripts get the JSON).
+    #[arg(long)]
+    pub json: bool,
 }
 
 impl ClusterArgs {
@@ -370,13 +378,17 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
     };
     let text = serde_json::to_string_pretty(&file).map_err(|e| e.to_string())?;
     write_atomically(&dir.join("cluster.json"), &text)?;
-    println!("{text}");
-    println!(
-        "cluster up in {:.1}s: {} nodes, bootstrap {}",
-        started.elapsed().as_secs_f64(),
-        nodes.len(),
-        file.bootstrap
-    );
+    if args.json || !std::io::stdout().is_terminal() {
+        println!("{text}");
+        println!(
+            "cluster up in {:.1}s: {} nodes, bootstrap {}",
+            started.elapsed().as_secs_f64(),
+            nodes.len(),
+            file.bootstrap
+        );
+    } else {
+        print!("{}", summary(&file, &dir, secure, started.elapsed()));
+    }
     if secure {
         secure::write_client_files(&dir, &file.bootstrap)?;
         println!("{}", secure::how_to_connect(&dir, &file.bootstrap, &nodes[0].admin));
@@ -384,6 +396,54 @@ pub async fn run(args: ClusterArgs) -> Result<(), String> {
     supervise(&nodes, &mut children, &mut stop).await;
     stop_all(&nodes, &mut children).await;
     Ok(())
+}
+
+/// What a person at a terminal needs once the cluster is up: where to point
+/// clients and the admin CLI, where the data is, and how to stop and restart.
+fn summary(file: &ClusterFile, dir: &Path, secure: bool, took: Duration) -> String {
+    use std::fmt::Write as _;
+    let scheme = if secure { "https" } else { "http" };
+    let d = dir.display();
+    let mut out = String::new();
+    let _ = writeln!(out, "Strom cluster up in {:.1} s: {} nodes", took.as_secs_f64(), file.nodes.len());
+    let _ = writeln!(out, "  bootstrap   {}", file.bootstrap);
+    if let Some(first) = file.nodes.first() {
+        let _ = writeln!(out, "  admin API   {scheme}://{} (any node's works)", first.admin);
+    }
+    let _ = writeln!(out, "  data        {d} (cluster.json has every node's addresses and argv)");
+    let _ = writeln!(out);
+    let _ = writeln!(out, "  {:<5} {:<8} {:<22} {:<22} QUORUM", "NODE", "PID", "KAFKA", "ADMIN");
+    for n in &file.nodes {
+        let _ = writeln!(out, "  {:<5} {:<8} {:<22} {:<22} {}", n.id, n.pid, n.kafka, n.admin, n.raft);
+    }
+    let _ = writeln!(out);
+    if let Some(first) = file.nodes.first() {
+        if !secure {
+            let strom = this_binary();
+            let url = if first.admin == "127.0.0.1:9644" {
+                String::new()
+            } else {
+                format!(" --admin-url {scheme}://{}", first.admin)
+            };
+            let _ = writeln!(out, "Try:   {strom} topic create demo --partitions 3 --replication-factor 3{url}");
+            let _ = writeln!(out, "       echo hello | {strom} topic produce demo{url}");
+            let _ = writeln!(out, "       {strom} topic consume demo --from-beginning --count 1{url}");
+            let _ = writeln!(out, "       {strom} cluster-info{url}");
+        }
+    }
+    let _ = writeln!(out, "Stop:  Ctrl-C stops every node gracefully.");
+    let _ = writeln!(out, "Again: the same command restarts this cluster with its data; a larger --nodes grows it.");
+    out
+}
+
+/// This binary as the user can type it: relative to the working directory
+/// when it is under it (`./target/release/strom`), else its full path.
+fn this_binary() -> String {
+    let Ok(exe) = std::env::current_exe() else { return "strom".into() };
+    match std::env::current_dir().ok().and_then(|cwd| exe.strip_prefix(cwd).ok().map(Path::to_path_buf)) {
+        Some(relative) => format!("./{}", relative.display()),
+        None => exe.display().to_string(),
+    }
 }
 
 /// SIGINT and SIGTERM, caught from the start.
@@ -444,5 +504,41 @@ async fn stop_all(nodes: &[NodeEntry], children: &mut [Option<Child>]) {
             let _ = child.start_kill();
             let _ = child.wait().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: u16) -> NodeEntry {
+        NodeEntry {
+            id,
+            pid: 4000 + u32::from(id),
+            kafka: format!("127.0.0.1:{}", 9091 + id),
+            admin: format!("127.0.0.1:{}", 9643 + id),
+            raft: format!("127.0.0.1:{}", 19091 + id),
+            data_dir: PathBuf::from(format!("/d/node-{id}")),
+            argv: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_summary_says_where_to_connect_and_how_to_stop() {
+        let file = ClusterFile {
+            bootstrap: "127.0.0.1:9092,127.0.0.1:9093".into(),
+            nodes: vec![node(1), node(2)],
+            secure: false,
+        };
+        let text = summary(&file, Path::new("/d"), false, Duration::from_millis(2500));
+        assert!(text.starts_with("Strom cluster up in 2.5 s: 2 nodes\n"), "{text}");
+        assert!(text.contains("bootstrap   127.0.0.1:9092,127.0.0.1:9093"), "{text}");
+        assert!(text.contains("admin API   http://127.0.0.1:9644"), "{text}");
+        assert!(text.contains("data        /d"), "{text}");
+        assert!(text.contains("4002") && text.contains("127.0.0.1:19093"), "{text}");
+        assert!(text.contains("Ctrl-C stops every node") && text.contains("restarts this cluster"), "{text}");
+        assert!(text.contains("topic produce demo\n"), "default admin URL: no flag needed\n{text}");
+        let secure = summary(&ClusterFile { secure: true, ..file }, Path::new("/d"), true, Duration::ZERO);
+        assert!(secure.contains("https://127.0.0.1:9644") && !secure.contains("Try:"), "{secure}");
     }
 }
