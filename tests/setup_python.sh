@@ -10,6 +10,8 @@
 #    matplotlib (and its dependencies) draws the fault harness's timeline.png
 #    (tests/chaos); fusepy (pure Python over libfuse 2, which the harness
 #    installs with apt-get) runs its power-loss file system, lossyfs.
+#    schemathesis (with hypothesis and the rest of its dependencies) fuzzes the
+#    admin API from its OpenAPI document (tests/kafka/test_openapi_fuzz.py).
 #  - kcat (Debian package `kcat`, older releases call it `kafkacat`) through
 #    apt-get when it is missing and we are root. If it cannot be had, the
 #    tests that need it are skipped and say why (see tests/kafka/conftest.py).
@@ -46,7 +48,29 @@ pillow==13.0.0
 pyparsing==3.3.3
 python-dateutil==4.0.0
 tzdata==2026.6
-fusepy==3.0.1"
+fusepy==3.0.1
+schemathesis==4.32.5
+anyio==4.16.0
+certifi==2026.10.19.post1
+charset-normalizer==3.5.3
+click==8.5.1
+graphql-core==3.3.2
+harfile==0.6.0
+hypothesis==6.170.27
+hypothesis-graphql==0.13.5
+idna==3.21
+jsonschema_rs==0.60.3
+markdown-it-py==4.3.0
+MarkupSafe==3.0.4
+mdurl==0.1.2
+pyrate-limiter==4.6.0
+PyYAML==6.0.4
+requests==2.34.2
+rich==15.0.0
+sortedcontainers==2.4.0
+typing_extensions==4.16.0
+urllib3==2.8.0
+Werkzeug==3.1.9"
 
 stamp_value=$(printf '%s\n' "$REQUIREMENTS" | sha256sum | cut -d' ' -f1)
 stamp_file=$VENV/.strom-requirements.sha256
@@ -74,6 +98,7 @@ import importlib.util
 import confluent_kafka, kafka, matplotlib, pytest
 # fusepy loads libfuse 2 when imported: the harness installs that, so only look for it here.
 assert importlib.util.find_spec("fuse"), "fusepy is not installed"
+assert importlib.util.find_spec("schemathesis"), "schemathesis is not installed"
 from kafka import codec
 missing = [name for name, ok in [("snappy", codec.has_snappy()), ("lz4", codec.has_lz4()),
                                  ("zstd", codec.has_zstd()), ("gzip", codec.has_gzip())] if not ok]
