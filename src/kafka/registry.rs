@@ -46,6 +46,7 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeTopicPartitions, 0, 0),
@@ -299,6 +300,7 @@ async fn handle(
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(handlers::list_offsets::handle(ctx, r, version, &client))
         }
+        RequestKind::DeleteRecords(r) => ResponseKind::DeleteRecords(handlers::delete_records::handle(ctx, r, &client)),
         RequestKind::OffsetForLeaderEpoch(r) => {
             ResponseKind::OffsetForLeaderEpoch(handlers::list_offsets::leader_epoch(ctx, r, &client))
         }

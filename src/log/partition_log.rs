@@ -73,6 +73,28 @@ pub struct PartitionLog {
     /// Counts truncations from the end, so a flush ticket taken before one
     /// does not move the recovery point over records written after it.
     truncations: u64,
+    /// The log start offset DeleteRecords moved to, when it is past the
+    /// first segment's base (0 otherwise); kept in `log-start-offset`.
+    start_offset: i64,
+}
+
+/// The file, in a partition's directory, that keeps a log start offset
+/// DeleteRecords set inside the first segment (Kafka keeps one
+/// `log-start-offset-checkpoint` per data dir; one small file per partition
+/// follows `leader-epoch-checkpoint` here). Written atomically and fsynced.
+pub const LOG_START_OFFSET_FILE: &str = "log-start-offset";
+
+/// Reads `dir/log-start-offset`: 0 when there is none. A file that does not
+/// parse is an error, never "0": records DeleteRecords removed would return.
+fn read_start_offset(dir: &Path) -> Result<i64> {
+    match fs::read_to_string(dir.join(LOG_START_OFFSET_FILE)) {
+        Ok(text) => text.trim().parse::<i64>().ok().filter(|o| *o >= 0).ok_or_else(|| LogError::CorruptCheckpoint {
+            path: dir.join(LOG_START_OFFSET_FILE),
+            reason: format!("`{}` is not an offset", text.trim()),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// What an fdatasync made outside the log's owner's lock needs: the active
@@ -135,7 +157,11 @@ impl PartitionLog {
             last_seen_ms: now_ms,
             compacted_up_to: 0,
             truncations: 0,
+            start_offset: 0,
         };
+        // A start offset past the log end (a crash lost unflushed records
+        // DeleteRecords had already passed): the log starts at its end.
+        log.start_offset = read_start_offset(&dir)?.min(log.log_end_offset());
         log.recovery_point = log.log_end_offset();
         log.leader_epoch_cache.truncate_from_end(log.log_end_offset())?;
         log.leader_epoch_cache.truncate_from_start(log.log_start_offset())?;
@@ -178,7 +204,35 @@ impl PartitionLog {
     }
 
     pub fn log_start_offset(&self) -> i64 {
-        *self.segments.keys().next().expect("a log always has an active segment")
+        let first = *self.segments.keys().next().expect("a log always has an active segment");
+        first.max(self.start_offset)
+    }
+
+    /// Moves the log start offset up to `offset` (at most the log end), as
+    /// DeleteRecords does on a leader and a follower learns from its leader:
+    /// the offset is made durable first, then the segments wholly below it
+    /// are deleted (the active one always stays). Returns whether it moved.
+    pub fn advance_start(&mut self, offset: i64) -> Result<bool> {
+        let offset = offset.min(self.log_end_offset());
+        if offset <= self.log_start_offset() {
+            return Ok(false);
+        }
+        super::checkpoint::write_atomic(&self.dir.join(LOG_START_OFFSET_FILE), format!("{offset}\n").as_bytes())?;
+        self.start_offset = offset;
+        loop {
+            let mut bases = self.segments.keys().copied();
+            let (Some(oldest), Some(next_base)) = (bases.next(), bases.next()) else { break };
+            if next_base > offset {
+                break;
+            }
+            if let Some(segment) = self.segments.remove(&oldest) {
+                segment.delete()?;
+            }
+        }
+        self.recovery_point = self.recovery_point.max(offset);
+        self.leader_epoch_cache.truncate_from_start(offset)?;
+        info!(topic = %self.topic, partition = self.partition, log_start_offset = offset, "log start offset moved");
+        Ok(true)
     }
 
     /// The offset the next appended record gets.
@@ -589,6 +643,15 @@ impl PartitionLog {
             if base != new_offset {
                 segment.delete()?;
             }
+        }
+        // The new first segment's base is the log start now.
+        if self.start_offset != 0 {
+            match fs::remove_file(self.dir.join(LOG_START_OFFSET_FILE)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.start_offset = 0;
         }
         sync_dir(&self.dir)?;
         self.leader_epoch_cache.clear()?;

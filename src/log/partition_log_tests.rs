@@ -323,6 +323,42 @@ fn truncate_fully_and_start_at_resets_the_log() {
 }
 
 #[test]
+fn advance_start_hides_records_deletes_whole_segments_and_persists() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut log = open(dir.path(), small_config(), 0);
+    append_batches(&mut log, 30, 2); // 90 records over several segments
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 3, "{bases:?}");
+    // Inside the third segment: the two before it go, the third stays.
+    let target = bases[2] + 1;
+    assert!(log.advance_start(target).expect("partition log test step"));
+    assert_eq!(log.log_start_offset(), target);
+    assert_eq!(log.segment_base_offsets()[0], bases[2]);
+    assert!(matches!(log.read(target - 1, 1 << 20, i64::MAX), Err(LogError::OffsetOutOfRange { .. })));
+    assert!(!log.read(target, 1 << 20, i64::MAX).expect("partition log test step").is_empty());
+    // Not backwards, and never past the log end.
+    assert!(!log.advance_start(target - 1).expect("partition log test step"));
+    drop(log);
+    let mut log = open(dir.path(), small_config(), 0);
+    assert_eq!(log.log_start_offset(), target, "kept across a restart");
+    assert!(log.advance_start(1_000).expect("partition log test step"));
+    assert_eq!(log.log_start_offset(), 90);
+    // A full truncation starts the log where it says, whatever the old start.
+    log.truncate_fully_and_start_at(40).expect("partition log test step");
+    drop(log);
+    let log = open(dir.path(), small_config(), 0);
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (40, 40));
+    // A file that does not parse is refused, not read as no start offset.
+    drop(log);
+    fs::write(dir.path().join(partition_dir_name(TOPIC, PARTITION)).join(LOG_START_OFFSET_FILE), "x")
+        .expect("partition log test step");
+    assert!(matches!(
+        PartitionLog::open(dir.path(), TOPIC, PARTITION, small_config(), 0, 0),
+        Err(LogError::CorruptCheckpoint { .. })
+    ));
+}
+
+#[test]
 fn leader_epoch_checkpoint_tracks_appends() {
     let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);

@@ -307,7 +307,7 @@ impl FetcherManager {
                         if throttled.contains(&key) {
                             throttle.record(records.len(), mono_ms());
                         }
-                        p.append_as_follower(*epoch, &records, r.high_watermark).map(|end| {
+                        p.append_as_follower(*epoch, &records, r.high_watermark, r.log_start_offset).map(|end| {
                             if let Some(end) = end {
                                 durable.push((p.clone(), end, *epoch));
                             }

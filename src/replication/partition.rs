@@ -558,6 +558,27 @@ impl Partition {
         self.truncate_for_epoch(leader_epoch, answer_end.min(local_end))
     }
 
+    /// DeleteRecords on the leader: the log start offset moves up to
+    /// `offset` (-1: the high watermark), which must not pass the high
+    /// watermark. Followers learn it from their next Fetch. Returns the new
+    /// log start offset (Kafka's low watermark).
+    pub fn delete_records(&self, offset: i64) -> Result<i64, PartitionError> {
+        let mut st = self.state();
+        if !st.is_leader {
+            return Err(PartitionError::NotLeader);
+        }
+        let target = if offset == -1 { st.high_watermark } else { offset };
+        if target < 0 || target > st.high_watermark {
+            return Err(PartitionError::Log(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: st.log.log_start_offset(),
+                log_end_offset: st.high_watermark,
+            }));
+        }
+        st.log.advance_start(target)?;
+        Ok(st.log.log_start_offset())
+    }
+
     /// A follower whose fetch offset is outside the leader's log starts over at `offset`.
     pub fn reset_to(&self, leader_epoch: i32, offset: i64) -> Result<(), PartitionError> {
         let mut st = self.state();
@@ -579,6 +600,7 @@ impl Partition {
         leader_epoch: i32,
         records: &[u8],
         leader_high_watermark: i64,
+        leader_log_start: i64,
     ) -> Result<Option<i64>, PartitionError> {
         let mut st = self.state();
         if st.is_leader || st.leader_epoch != leader_epoch {
@@ -592,6 +614,12 @@ impl Partition {
         if hw > st.high_watermark {
             st.high_watermark = hw;
             self.high_watermark_tx.send_replace(hw);
+        }
+        // The leader's log start (moved by DeleteRecords), up to what this
+        // replica holds of the committed log.
+        let start = leader_log_start.min(st.high_watermark);
+        if start > st.log.log_start_offset() {
+            st.log.advance_start(start)?;
         }
         let durable_end = st.log.flush_due_by_count().then(|| st.log.log_end_offset());
         drop(st);
@@ -860,14 +888,17 @@ impl Partition {
             -1 => Ok((-1, st.high_watermark)),
             MAX_TIMESTAMP => match st.log.max_timestamp_batch(st.high_watermark)? {
                 Some(found) => {
-                    let batch = st.log.read(found.offset, 1, st.high_watermark)?;
+                    let from = found.offset.max(st.log.log_start_offset());
+                    let batch = st.log.read(from, 1, st.high_watermark)?;
                     Ok(record_with_max_timestamp(batch).unwrap_or((found.timestamp, found.offset)))
                 }
                 None => Ok((-1, -1)),
             },
             ts => match st.log.offset_for_timestamp(ts)? {
                 Some(found) if found.offset < st.high_watermark => {
-                    let batch = st.log.read(found.offset, 1, st.high_watermark)?;
+                    // (A batch DeleteRecords cut into is read from the log start.)
+                    let from = found.offset.max(st.log.log_start_offset());
+                    let batch = st.log.read(from, 1, st.high_watermark)?;
                     Ok(first_record_at_or_after(batch, ts).unwrap_or((found.timestamp, found.offset)))
                 }
                 _ => Ok((-1, -1)),
@@ -1160,7 +1191,7 @@ mod tests {
         let mut batch = build_batch(3, 1_000, b"r");
         crate::log::batch::set_partition_leader_epoch(&mut batch, 1);
         // No runtime here: the flush runs inline.
-        assert_eq!(p.append_as_follower(1, &batch, 0).expect("append"), Some(3));
+        assert_eq!(p.append_as_follower(1, &batch, 0, 0).expect("append"), Some(3));
         assert_eq!(p.recovery_point(), 3);
         let without = Partition::open(
             "u",
@@ -1170,7 +1201,7 @@ mod tests {
         )
         .expect("partition");
         without.become_follower(1, 1);
-        assert_eq!(without.append_as_follower(1, &batch, 0).expect("append"), None);
+        assert_eq!(without.append_as_follower(1, &batch, 0, 0).expect("append"), None);
     }
 
     fn partition_code(r: &Result<(i64, i64), PartitionError>) -> i16 {
