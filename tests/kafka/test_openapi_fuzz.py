@@ -6,7 +6,7 @@ that depend on values or on the cluster's state) is listed, with why, in
 fuzz/schemathesis.toml. Zero failures.
 
 CI runs a fixed seed with 25 examples per operation (about a minute); more by hand:
-STROM_FUZZ_EXAMPLES=500 STROM_FUZZ_SEED=7 ./tests/run.sh -k openapi_fuzz"""
+STROM_FUZZ_EXAMPLES=500 STROM_FUZZ_SEED=7 target/pyenv/bin/python -m pytest tests/kafka/test_openapi_fuzz.py"""
 import os
 import re
 import subprocess
