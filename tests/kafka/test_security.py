@@ -154,6 +154,17 @@ def scram_login(addr, mechanism, user, password):
     return err, s
 
 
+def login_result(addr, mechanism, user, password, want, timeout=20):
+    """Logs in again until the broker at addr answers `want`: a credential change reaches a
+    broker when it applies the metadata record, a moment after the controller commits it."""
+    def attempt():
+        err, s = scram_login(addr, mechanism, user, password)
+        s.close()
+        return err == want or None
+
+    harness.wait_for(f"{mechanism} login of {user} at {addr} to answer error {want}", timeout, attempt)
+
+
 def assert_still_serving(cluster, certs):
     """A good SASL_SSL client still produces and reads back after whatever was refused."""
     records = clients.make_records(20, partitions=3, seed=int(time.time()))
@@ -436,10 +447,10 @@ def test_scram_credentials_through_the_kafka_apis(secure, certs):
     assert [(i.mechanism, i.iterations) for i in infos] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
 
     # Bob can log in with SCRAM-SHA-256 and PLAIN, not with SCRAM-SHA-512 (no such credential).
+    # The change is committed when the call returns; node 2 sees it once it has applied the
+    # metadata record (as in Kafka, other brokers follow the log), so wait for that.
     addr = secure.node(2).listeners["SASL_PLAINTEXT"]
-    err, s = scram_login(addr, "SCRAM-SHA-256", "bob", "bobs-password")
-    assert err == 0
-    s.close()
+    login_result(addr, "SCRAM-SHA-256", "bob", "bobs-password", want=0)
     err, s = scram_login(addr, "SCRAM-SHA-512", "bob", "bobs-password")
     assert err == SASL_AUTHENTICATION_FAILED
     s.close()
@@ -454,9 +465,7 @@ def test_scram_credentials_through_the_kafka_apis(secure, certs):
 
     for f in a.alter_user_scram_credentials([UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_256)]).values():
         f.result(timeout=30)
-    err, s = scram_login(addr, "SCRAM-SHA-256", "bob", "bobs-password")
-    assert err == SASL_AUTHENTICATION_FAILED
-    s.close()
+    login_result(addr, "SCRAM-SHA-256", "bob", "bobs-password", want=SASL_AUTHENTICATION_FAILED)
     status, users = secure.get(1, "/v1/users")
     assert status == 200 and [u["name"] for u in users] == ["alice"], users
 
@@ -464,8 +473,12 @@ def test_scram_credentials_through_the_kafka_apis(secure, certs):
 def test_users_through_the_admin_api_and_cli(secure):
     status, body = secure.send(2, "POST", "/v1/users", {"name": "carol", "password": "pw", "mechanism": "SCRAM-SHA-512"})
     assert status == 201 and body == {"name": "carol", "mechanisms": ["SCRAM-SHA-512"]}, body
-    status, users = secure.get(3, "/v1/users")
-    assert status == 200 and {"name": "carol", "mechanisms": ["SCRAM-SHA-512"]} in users
+    # Node 3 lists carol once it has applied the record that made her.
+    def carol_on_node_3():
+        status, users = secure.get(3, "/v1/users")
+        return status == 200 and {"name": "carol", "mechanisms": ["SCRAM-SHA-512"]} in users and users
+
+    users = harness.wait_for("node 3 to list carol", 20, carol_on_node_3)
     assert "password" not in json.dumps(users) and "key" not in json.dumps(users)
     for bad, code in [({"name": "", "password": "x"}, "UNACCEPTABLE_CREDENTIAL"),
                       ({"name": "dave", "password": ""}, "UNACCEPTABLE_CREDENTIAL"),
@@ -474,9 +487,7 @@ def test_users_through_the_admin_api_and_cli(secure):
                       ({"name": "dave"}, "INVALID_REQUEST")]:
         status, body = secure.send(1, "POST", "/v1/users", bad)
         assert (status, body["error"]) == (400, code), (bad, status, body)
-    err, s = scram_login(secure.node(1).listeners["SASL_PLAINTEXT"], "SCRAM-SHA-512", "carol", "pw")
-    assert err == 0
-    s.close()
+    login_result(secure.node(1).listeners["SASL_PLAINTEXT"], "SCRAM-SHA-512", "carol", "pw", want=0)
     status, _ = secure.send(1, "DELETE", "/v1/users/carol")
     assert status == 204
     status, body = secure.send(1, "DELETE", "/v1/users/carol")
@@ -491,9 +502,7 @@ def test_users_through_the_admin_api_and_cli(secure):
     assert p.returncode == 0, p.stderr.decode()
     p = run("user", "list")
     assert p.returncode == 0 and "erin" in p.stdout.decode() and "SCRAM-SHA-256" in p.stdout.decode()
-    err, s = scram_login(secure.node(2).listeners["SASL_PLAINTEXT"], "SCRAM-SHA-256", "erin", "from-env")
-    assert err == 0
-    s.close()
+    login_result(secure.node(2).listeners["SASL_PLAINTEXT"], "SCRAM-SHA-256", "erin", "from-env", want=0)
     assert run("user", "delete", "erin").returncode == 0
     p = run("user", "delete", "erin")
     assert p.returncode == 1 and "RESOURCE_NOT_FOUND" in p.stderr.decode()
