@@ -288,6 +288,17 @@ pub(crate) mod test_batches {
         batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
         batch
     }
+
+    /// A batch of an idempotent producer: `record_count` records from `base_sequence` on.
+    pub fn build_idempotent_batch(record_count: i32, producer_id: i64, epoch: i16, base_sequence: i32) -> Vec<u8> {
+        let mut batch = build_batch(record_count, 1_000, &[5u8; 32]);
+        batch[PRODUCER_ID_AT..PRODUCER_ID_AT + 8].copy_from_slice(&producer_id.to_be_bytes());
+        batch[PRODUCER_EPOCH_AT..PRODUCER_EPOCH_AT + 2].copy_from_slice(&epoch.to_be_bytes());
+        batch[BASE_SEQUENCE_AT..BASE_SEQUENCE_AT + 4].copy_from_slice(&base_sequence.to_be_bytes());
+        let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+        batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
+        batch
+    }
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::isr::{desired_isr, join_offset, FollowerProgress, LeaderView};
-use super::producer_state::{BatchMeta, ProducerStateMap, SeqCheck};
+use super::producer_state::{BatchMeta, ProducerStateMap, Refusal, Refusals, SeqCheck};
 use crate::clock::{mono_ms, wall_ms};
 use crate::log::batch::{split_record_set, BatchHeader};
 use crate::log::{FileSlice, LogConfig, LogError, PartitionLog, TimestampType};
@@ -46,6 +46,10 @@ pub enum PartitionError {
     NotEnoughReplicas { isr: usize, min: usize },
     #[error("out of order sequence: expected {expected}, got {got}")]
     OutOfOrderSequence { expected: i32, got: i32 },
+    /// A gap where a batch this partition refused lately belongs: answered
+    /// with that batch's retriable error, so the client sends both again.
+    #[error("the batch at sequence {expected} was refused ({why:?}) and is not appended yet; this one follows it")]
+    EarlierBatchRefused { why: Refusal, expected: i32 },
     #[error("producer epoch is older than {current}")]
     InvalidProducerEpoch { current: i16 },
     #[error("the high watermark {high_watermark} has not reached this leader epoch's start {epoch_start} yet")]
@@ -151,6 +155,8 @@ struct State {
     /// previous leader already gave out (KIP-207).
     epoch_start_offset: i64,
     producers: ProducerStateMap,
+    /// Producers' batches refused lately with a retriable error.
+    refusals: Refusals,
     /// `min.insync.replicas` in force for this topic.
     min_insync: usize,
     /// Replicas this leader asked the controller to add to the ISR, in the
@@ -250,6 +256,7 @@ impl Partition {
             truncated_for_epoch: None,
             epoch_start_offset: 0,
             producers,
+            refusals: Refusals::default(),
             min_insync: 1,
             pending_isr_adds: (-1, Vec::new()),
         };
@@ -741,9 +748,11 @@ impl Partition {
     pub fn append_as_leader(&self, records: &[u8], acks_all: bool) -> Result<AppendResult, PartitionError> {
         let mut st = self.state();
         if !st.is_leader {
+            Self::note_refusal(&mut st, records, Refusal::NotLeader);
             return Err(PartitionError::NotLeader);
         }
         if acks_all && st.isr.len() < st.min_insync {
+            Self::note_refusal(&mut st, records, Refusal::NotEnoughReplicas);
             return Err(PartitionError::NotEnoughReplicas { isr: st.isr.len(), min: st.min_insync });
         }
         // Idempotence: one producer batch per request is what clients send.
@@ -776,7 +785,12 @@ impl Partition {
                         return Ok(result);
                     }
                     SeqCheck::OutOfOrder { expected, got } => {
-                        return Err(PartitionError::OutOfOrderSequence { expected, got })
+                        return Err(
+                            match st.refusals.explains(h.producer_id(), h.producer_epoch(), expected, mono_ms()) {
+                                Some(why) => PartitionError::EarlierBatchRefused { why, expected },
+                                None => PartitionError::OutOfOrderSequence { expected, got },
+                            },
+                        );
                     }
                     SeqCheck::FencedEpoch { current } => return Err(PartitionError::InvalidProducerEpoch { current }),
                 }
@@ -789,6 +803,7 @@ impl Partition {
         if let Some((pid, pepoch, first_seq, last_seq)) = sequenced {
             let meta = BatchMeta { first_seq, last_seq, base_offset: info.base_offset, last_offset: info.last_offset };
             st.producers.record(pid, pepoch, meta);
+            st.refusals.forget(pid);
         }
         self.maybe_advance_high_watermark(&mut st);
         self.log_end_tx.send_replace(st.log.log_end_offset());
@@ -806,6 +821,18 @@ impl Partition {
             self.request_flush();
         }
         Ok(result)
+    }
+
+    /// Notes a produce's batch refused before it reached the partition (the
+    /// broker is cut off from the controller, or its disk is full).
+    pub fn note_refused(&self, records: &[u8], why: Refusal) {
+        Self::note_refusal(&mut self.state(), records, why);
+    }
+
+    fn note_refusal(st: &mut State, records: &[u8], why: Refusal) {
+        if let Ok(h) = BatchHeader::parse(records) {
+            st.refusals.note(h.producer_id(), h.producer_epoch(), h.base_sequence(), why, mono_ms());
+        }
     }
 
     /// Reads for a consumer (below the high watermark) or a follower
@@ -1007,7 +1034,48 @@ impl Partition {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::test_batches::build_batch;
+    use crate::log::batch::test_batches::{build_batch, build_idempotent_batch};
+
+    fn code_of(r: Result<AppendResult, PartitionError>) -> Result<i64, String> {
+        r.map(|a| a.base_offset).map_err(|e| format!("{e:?}"))
+    }
+
+    #[test]
+    fn a_batch_behind_one_refused_before_this_broker_led_is_refused_alike() {
+        // librdkafka pipelines R1 and R2. R1 reaches this broker before it
+        // learns it leads, R2 just after: R2's gap is R1 on its way back.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, 0).expect("open");
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        p.become_leader(1, 1, &[1], &[1]);
+        let (r0, r1, r2) = (
+            build_idempotent_batch(5, 9, 0, 0),
+            build_idempotent_batch(5, 9, 0, 5),
+            build_idempotent_batch(5, 9, 0, 10),
+        );
+        assert_eq!(code_of(p.append_as_leader(&r0, true)), Ok(0));
+        p.become_follower(2, 2);
+        assert!(matches!(p.append_as_leader(&r1, true), Err(PartitionError::NotLeader)));
+        p.become_leader(3, 3, &[1], &[1]);
+        let e = p.append_as_leader(&r2, true).expect_err("a gap");
+        assert!(
+            matches!(e, PartitionError::EarlierBatchRefused { why: Refusal::NotLeader, expected: 5 }),
+            "retriable, not OUT_OF_ORDER_SEQUENCE_NUMBER: {e:?}"
+        );
+        // The client sends both again, in order.
+        assert_eq!(code_of(p.append_as_leader(&r1, true)), Ok(5));
+        assert_eq!(code_of(p.append_as_leader(&r2, true)), Ok(10));
+        // A gap nothing explains is out of order, as in Kafka.
+        let e = p.append_as_leader(&build_idempotent_batch(1, 9, 0, 40), true).expect_err("a gap");
+        assert!(matches!(e, PartitionError::OutOfOrderSequence { expected: 15, got: 40 }), "{e:?}");
+        // Too few in-sync replicas for R4, enough again for R5.
+        p.set_config(LogConfig::default(), 2).expect("config");
+        let e = p.append_as_leader(&build_idempotent_batch(1, 9, 0, 15), true).expect_err("refused");
+        assert!(matches!(e, PartitionError::NotEnoughReplicas { .. }), "{e:?}");
+        p.set_config(LogConfig::default(), 1).expect("config");
+        let e = p.append_as_leader(&build_idempotent_batch(1, 9, 0, 16), true).expect_err("a gap");
+        assert!(matches!(e, PartitionError::EarlierBatchRefused { why: Refusal::NotEnoughReplicas, expected: 15 }));
+    }
 
     #[test]
     fn a_replica_back_outside_the_isr_fetches_again_before_it_joins() {

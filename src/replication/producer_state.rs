@@ -145,9 +145,105 @@ impl ProducerStateMap {
     }
 }
 
+/// Why a partition refused a producer's batch without appending it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    NotLeader,
+    NotEnoughReplicas,
+    Storage,
+}
+
+/// A refusal explains a later gap for this long.
+pub const REFUSAL_MEMORY_MS: i64 = 10_000;
+/// Producers remembered at once; more and the oldest refusal is forgotten.
+const REFUSALS_MAX: usize = 10_000;
+
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    epoch: i16,
+    first_seq: i32,
+    why: Refusal,
+    at_ms: i64,
+}
+
+/// The batches this partition refused with a retriable error, per producer:
+/// the first one of each producer's run of refusals.
+///
+/// A client that pipelines sends R1 and R2 back to back. When R1 is refused
+/// (this broker was not yet the leader, or too few replicas were in sync)
+/// and the reason is gone by the time R2 arrives, R2 leaves a gap where R1
+/// belongs. Kafka answers OUT_OF_ORDER_SEQUENCE_NUMBER, and librdkafka
+/// answers that by bumping its producer epoch and renumbering every
+/// unacknowledged message, in every partition, including messages another
+/// leader appended and lost the answer of: those are then stored twice. The
+/// gap is not a lost batch but R1 on its way back, so R2 gets R1's retriable
+/// error instead, and the client retries both in order.
+#[derive(Debug, Clone, Default)]
+pub struct Refusals {
+    by_producer: HashMap<i64, Refused>,
+}
+
+impl Refusals {
+    /// Notes that the batch of `producer_id` starting at `first_seq` was refused.
+    pub fn note(&mut self, producer_id: i64, epoch: i16, first_seq: i32, why: Refusal, now_ms: i64) {
+        if producer_id < 0 || first_seq < 0 {
+            return;
+        }
+        if let Some(r) = self.by_producer.get_mut(&producer_id) {
+            // The run of refusals is explained from its first batch on.
+            let fresh = now_ms.saturating_sub(r.at_ms) < REFUSAL_MEMORY_MS;
+            if fresh && r.epoch == epoch && r.first_seq <= first_seq {
+                r.at_ms = now_ms;
+                return;
+            }
+        } else if self.by_producer.len() >= REFUSALS_MAX {
+            if let Some(oldest) = self.by_producer.iter().min_by_key(|(_, r)| r.at_ms).map(|(id, _)| *id) {
+                self.by_producer.remove(&oldest);
+            }
+        }
+        self.by_producer.insert(producer_id, Refused { epoch, first_seq, why, at_ms: now_ms });
+    }
+
+    /// Why the batch expected next, at `expected`, is missing, when this
+    /// partition refused it lately.
+    pub fn explains(&self, producer_id: i64, epoch: i16, expected: i32, now_ms: i64) -> Option<Refusal> {
+        let r = self.by_producer.get(&producer_id)?;
+        let fresh = now_ms.saturating_sub(r.at_ms) < REFUSAL_MEMORY_MS;
+        (fresh && r.epoch == epoch && r.first_seq == expected).then_some(r.why)
+    }
+
+    /// The producer's batches are appended again.
+    pub fn forget(&mut self, producer_id: i64) {
+        if !self.by_producer.is_empty() {
+            self.by_producer.remove(&producer_id);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gap_where_a_refused_batch_belongs_is_explained_for_a_while() {
+        let mut r = Refusals::default();
+        r.note(7, 0, 10, Refusal::NotLeader, 1_000);
+        // R2 and R3 refused too: the run is explained from R1 on.
+        r.note(7, 0, 15, Refusal::NotEnoughReplicas, 1_001);
+        assert_eq!(r.explains(7, 0, 10, 1_002), Some(Refusal::NotLeader));
+        assert_eq!(r.explains(7, 0, 15, 1_002), None, "the gap starts at R1, not R2");
+        assert_eq!(r.explains(7, 1, 10, 1_002), None, "another producer epoch");
+        assert_eq!(r.explains(8, 0, 10, 1_002), None, "another producer");
+        assert_eq!(r.explains(7, 0, 10, 1_001 + REFUSAL_MEMORY_MS), None, "forgotten after a while");
+        r.forget(7);
+        assert_eq!(r.explains(7, 0, 10, 1_002), None, "appended since");
+        r.note(-1, -1, -1, Refusal::Storage, 0);
+        assert_eq!(r.explains(-1, -1, -1, 0), None, "non-idempotent batches are not remembered");
+        // A stale refusal is replaced by a new run's first batch.
+        r.note(7, 0, 20, Refusal::Storage, 1_000);
+        r.note(7, 0, 30, Refusal::NotLeader, 1_000 + REFUSAL_MEMORY_MS);
+        assert_eq!(r.explains(7, 0, 30, 1_001 + REFUSAL_MEMORY_MS), Some(Refusal::NotLeader));
+    }
 
     fn meta(first: i32, last: i32, base: i64) -> BatchMeta {
         BatchMeta { first_seq: first, last_seq: last, base_offset: base, last_offset: base + (last - first) as i64 }

@@ -27,6 +27,7 @@ use strom_raft::TopicId;
 use crate::error::ApiError;
 use crate::log::validator::Violation;
 use crate::log::LogError;
+use crate::replication::producer_state::Refusal;
 use crate::replication::PartitionError;
 
 /// `host:port` → (host, port); a bad address gives port -1.
@@ -61,6 +62,11 @@ pub fn partition_error_code(e: &PartitionError) -> i16 {
         PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
         PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
         PartitionError::OutOfOrderSequence { .. } => ResponseError::OutOfOrderSequenceNumber,
+        PartitionError::EarlierBatchRefused { why, .. } => match why {
+            Refusal::NotLeader => ResponseError::NotLeaderOrFollower,
+            Refusal::NotEnoughReplicas => ResponseError::NotEnoughReplicas,
+            Refusal::Storage => ResponseError::KafkaStorageError,
+        },
         PartitionError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
         PartitionError::OffsetNotAvailable { .. } => ResponseError::OffsetNotAvailable,
         PartitionError::Log(LogError::MessageTooLarge { .. }) => ResponseError::MessageTooLarge,

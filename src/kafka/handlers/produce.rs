@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use crate::log::LogError;
 use crate::replication::partition::{CommitWait, DurableWait};
+use crate::replication::producer_state::Refusal;
 use crate::replication::{Partition, PartitionError};
 
 /// First Produce version with `record_errors` and `error_message` (KIP-467).
@@ -101,6 +102,14 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16, client: 
             if transactional {
                 partitions.push(error_response(index, ResponseError::TransactionalIdAuthorizationFailed.code()));
                 continue;
+            }
+            if out_of_touch || disk_full {
+                // Remembered by the partition: a later batch that leaves a gap
+                // where this one belongs gets the same answer.
+                let why = if out_of_touch { Refusal::NotLeader } else { Refusal::Storage };
+                if let (Some(partition), Some(records)) = (ctx.replicas.get(&name, index), data.records.as_ref()) {
+                    partition.note_refused(records, why);
+                }
             }
             if out_of_touch {
                 partitions.push(error_response(index, ResponseError::NotLeaderOrFollower.code()));
