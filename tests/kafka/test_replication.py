@@ -6,7 +6,10 @@ import time
 import confluent_kafka as ck
 import pytest
 
+import wire
 from harness import FAST, wait_for
+
+NOT_LEADER_OR_FOLLOWER, OUT_OF_ORDER_SEQUENCE_NUMBER = 6, 45
 
 
 def producer(cluster, **conf):
@@ -355,3 +358,43 @@ def test_followers_fetch_within_replica_fetch_max_bytes_and_still_take_larger_ba
     assert sum(map(len, got.values())) == 200
     for part in range(2):
         assert sorted(isr(cluster, "small-fetch", part, 1)) == [1, 2, 3]
+
+
+def test_a_batch_behind_one_refused_before_its_broker_led_is_retriable(make_cluster):
+    """librdkafka pipelines produce requests. When R1 reaches a broker just before it learns
+    it leads and R2 just after, R2's sequence gap is R1 on its way back: R2 is answered
+    NOT_LEADER_OR_FOLLOWER as R1 was. OUT_OF_ORDER_SEQUENCE_NUMBER would make librdkafka bump
+    its epoch and renumber every unacknowledged message, in every partition, so messages
+    another leader had stored without answering were stored twice (seen in a decommission
+    under load in CI)."""
+    cluster = make_cluster(3, FAST)
+    cluster.create_topic("gap", partitions=1, rf=3)
+    replicas = cluster.wait_topic("gap", 1)["partitions"][0]["replicas"]
+    leader, new = replicas[0], replicas[1]
+    err, pid, epoch = wire.init_producer_id(cluster.node(leader).kafka_addr)
+    assert err == 0 and pid >= 0
+
+    def send(node, seq):
+        batch = wire.record_batch([(None, b"r%d" % seq)], producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+        return wire.produce(cluster.node(node).kafka_addr, "gap", 0, batch)[0]
+
+    assert send(leader, 0) == 0
+    assert send(new, 1) == NOT_LEADER_OR_FOLLOWER, "R1 reaches a follower"
+    # The follower leads (a move that puts it first completes at once and elects it).
+    order = [new] + [b for b in replicas if b != new]
+    status, body = cluster.send(1, "POST", "/v1/partitions/gap/0/reassign", {"replicas": order})
+    assert status == 202, body
+    wait_for(f"broker {new} to lead", 30, lambda: (cluster.topic("gap", via=new) or {}).get(
+        "partitions", [{}])[0].get("leader") == new)
+    assert send(new, 2) == NOT_LEADER_OR_FOLLOWER, "R2's gap is R1, refused here: not OUT_OF_ORDER"
+    # The client sends both again, in order; a gap nothing explains is still out of order.
+    assert send(new, 1) == 0
+    assert send(new, 2) == 0
+    assert send(new, 9) == OUT_OF_ORDER_SEQUENCE_NUMBER
+    c = ck.Consumer({"bootstrap.servers": cluster.node(new).kafka, "group.id": "gap", "log_level": 0})
+    c.assign([ck.TopicPartition("gap", 0, 0)])
+    values, deadline = [], time.monotonic() + 30
+    while len(values) < 3 and time.monotonic() < deadline:
+        values += [m.value() for m in c.consume(100, timeout=0.5) if not m.error()]
+    c.close()
+    assert values == [b"r0", b"r1", b"r2"]

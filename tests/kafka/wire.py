@@ -228,10 +228,11 @@ def pick_version(versions, api_key, lo, hi):
 
 # ---- record batches ---------------------------------------------------------------------
 
-def record_batch(records, base_timestamp=None):
+def record_batch(records, base_timestamp=None, producer_id=-1, producer_epoch=-1, base_sequence=-1):
     """An uncompressed magic-2 batch; records = [(key, value)] (bytes or None), stamped with
     base_timestamp (ms), by default now: a batch from 1970 is older than any retention.ms and
-    the next retention check deletes its segment."""
+    the next retention check deletes its segment. An idempotent producer's batch gives its id,
+    epoch and first sequence number."""
     import crc32c
     import time
 
@@ -245,8 +246,8 @@ def record_batch(records, base_timestamp=None):
         rec += varint(-1) if value is None else varint(len(value)) + value
         rec += varint(0)  # headers
         body += varint(len(rec)) + rec
-    after_crc = (i16(0) + i32(len(records) - 1) + i64(base_timestamp) + i64(base_timestamp) + i64(-1) + i16(-1)
-                 + i32(-1) + i32(len(records)) + bytes(body))
+    after_crc = (i16(0) + i32(len(records) - 1) + i64(base_timestamp) + i64(base_timestamp) + i64(producer_id)
+                 + i16(producer_epoch) + i32(base_sequence) + i32(len(records)) + bytes(body))
     crc = crc32c.crc32c(after_crc)
     after_length = i32(-1) + i8(2) + struct.pack(">I", crc) + after_crc
     return i64(0) + i32(len(after_length)) + after_length
@@ -289,6 +290,14 @@ def produce(addr, topic, partition, batch, acks=-1, timeout_ms=10000, version=3)
     err = r.i16()
     base_offset = r.i64()
     return err, base_offset
+
+
+def init_producer_id(addr, timeout=10):
+    """InitProducerId v0 for an idempotent (not transactional) producer: (error_code,
+    producer_id, producer_epoch)."""
+    r = roundtrip(addr, API_INIT_PRODUCER_ID, 0, string(None) + i32(60000), timeout=timeout)
+    r.i32()  # throttle_time_ms
+    return r.i16(), r.i64(), r.i16()
 
 
 def fetch(addr, topic, partition, offset, max_bytes=8 * 1024 * 1024, version=4, timeout=15):
