@@ -121,11 +121,14 @@ pub fn cancel(image: &MetadataImage, topic: &str, partition: i32) -> Result<Meta
 }
 
 /// The completion record of one partition's reassignment, if every target
-/// replica is in the ISR and a target replica can lead. The first target
-/// replica leads when it can: a move's target order is what the balancer,
-/// healing and operators choose as the preferred leader, so a completed move
-/// leaves leadership where it was planned (Kafka would keep the old leader
-/// until its next preferred-leader election).
+/// replica is in the ISR and a target replica can lead. As in Kafka, the
+/// leader stays when the target keeps it: a replica that has only just joined
+/// the ISR may hold less than the leader appended, and electing it would
+/// truncate that (unacknowledged) tail and turn every waiting produce into a
+/// retry. A removed leader is replaced by the first target replica that can
+/// lead. The target's first replica becomes the leader later, by a preferred
+/// election (the balancer's in `continuous` mode, or
+/// `auto.leader.rebalance.enable`).
 pub fn completion(
     image: &MetadataImage,
     t: &TopicImage,
@@ -140,13 +143,13 @@ pub fn completion(
         return None;
     }
     let isr: Vec<i32> = p.isr.iter().copied().filter(|b| target.contains(b)).collect();
-    let preferred = target[0];
-    let leader = if p.leader == Some(preferred) {
-        LeaderChange::Unchanged
-    } else if isr.contains(&preferred) && image.can_lead(preferred) {
-        LeaderChange::Elect(preferred)
-    } else {
-        next_leader(image, p, &target, &isr)?
+    let leader = match p.leader {
+        Some(l) if target.contains(&l) && image.can_lead(l) => LeaderChange::Unchanged,
+        _ => match target.iter().copied().find(|b| isr.contains(b) && image.can_lead(*b)) {
+            Some(first) => LeaderChange::Elect(first),
+            // None can lead (maintenance): as the move started, the leader stays if kept.
+            None => next_leader(image, p, &target, &isr)?,
+        },
     };
     Some(settled(t, partition, target, isr, leader))
 }
@@ -239,8 +242,9 @@ mod tests {
     }
 
     #[test]
-    fn a_completed_move_is_led_by_its_first_target_replica() {
-        // 2 stays, but the target puts 4 first: 4 leads once the move is done.
+    fn a_completed_move_keeps_its_leader_until_a_preferred_election() {
+        // 1 stays and leads on, though the target puts 4 first: 4 has only
+        // just caught up, and may hold less than 1 appended since.
         let mut image = five_brokers();
         let record = reassign(&image, "t", 0, &[4, 1, 2]).expect("valid").expect("a change");
         apply(&mut image, &record);
@@ -255,7 +259,32 @@ mod tests {
         apply(&mut image, &caught_up);
         let done = completions(&image);
         apply(&mut image, &done[0]);
+        assert_eq!(partition(&image).leader, Some(1));
+        // A preferred election (the balancer's, or the periodic one) then moves it.
+        let elections = crate::controller::election::preferred_elections(&image);
+        assert_eq!(elections.len(), 1);
+        apply(&mut image, &elections[0]);
         assert_eq!(partition(&image).leader, Some(4));
+    }
+
+    #[test]
+    fn a_completed_move_replaces_a_leader_in_maintenance() {
+        let mut image = five_brokers();
+        let record = reassign(&image, "t", 0, &[1, 2, 4]).expect("valid").expect("a change");
+        apply(&mut image, &record);
+        let topic_id = image.topics["t"].topic_id;
+        let caught_up = MetadataRecord::PartitionChange {
+            topic_id,
+            partition: 0,
+            leader: LeaderChange::Unchanged,
+            isr: Some(vec![1, 2, 3, 4]),
+            replicas: None,
+        };
+        apply(&mut image, &caught_up);
+        apply(&mut image, &MetadataRecord::BrokerMaintenance { broker_id: 1, on: true });
+        let done = completions(&image);
+        apply(&mut image, &done[0]);
+        assert_eq!(partition(&image).leader, Some(2), "1 leads nothing in maintenance");
     }
 
     #[test]

@@ -367,7 +367,7 @@ def test_a_batch_behind_one_refused_before_its_broker_led_is_retriable(make_clus
     its epoch and renumber every unacknowledged message, in every partition, so messages
     another leader had stored without answering were stored twice (seen in a decommission
     under load in CI)."""
-    cluster = make_cluster(3, FAST)
+    cluster = make_cluster(3, FAST + ("balancer.mode=off",))
     cluster.create_topic("gap", partitions=1, rf=3)
     replicas = cluster.wait_topic("gap", 1)["partitions"][0]["replicas"]
     leader, new = replicas[0], replicas[1]
@@ -380,10 +380,13 @@ def test_a_batch_behind_one_refused_before_its_broker_led_is_retriable(make_clus
 
     assert send(leader, 0) == 0
     assert send(new, 1) == NOT_LEADER_OR_FOLLOWER, "R1 reaches a follower"
-    # The follower leads (a move that puts it first completes at once and elects it).
+    # The follower leads: first in the replica order, then a preferred election.
     order = [new] + [b for b in replicas if b != new]
     status, body = cluster.send(1, "POST", "/v1/partitions/gap/0/reassign", {"replicas": order})
     assert status == 202, body
+    wait_for("the new replica order", 30, lambda: cluster.topic("gap")["partitions"][0]["replicas"] == order)
+    status, body = cluster.send(1, "POST", "/v1/partitions/gap/0/elect-leader", {"type": "preferred"})
+    assert status == 200 and body["leader"] == new, (status, body)
     wait_for(f"broker {new} to lead", 30, lambda: (cluster.topic("gap", via=new) or {}).get(
         "partitions", [{}])[0].get("leader") == new)
     assert send(new, 2) == NOT_LEADER_OR_FOLLOWER, "R2's gap is R1, refused here: not OUT_OF_ORDER"
