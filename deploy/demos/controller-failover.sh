@@ -33,7 +33,7 @@ KILLED_AT=$(date +%s.%N)
 kill -9 "$(node_pid "$CONTROLLER")"
 say "kill -9 broker $CONTROLLER (the controller); $(wc -l < "$DEMO_DIR/created.txt") topics created so far"
 WATCH=${OTHERS%% *}
-wait_until "a new controller" 15 sh -c "curl -sf http://$(admin "$WATCH")/v1/cluster | jq -e '.controller_id != null and .controller_id != $CONTROLLER'"
+wait_until "a new controller" 15 json_ok "http://$(admin "$WATCH")/v1/cluster" ".controller_id != null and .controller_id != $CONTROLLER"
 NEW=$(api "$WATCH" /v1/cluster | jq -r .controller_id)
 say "new controller: broker $NEW, $(echo "$(date +%s.%N) - $KILLED_AT" | bc | xargs printf '%.2f') s after the kill"
 

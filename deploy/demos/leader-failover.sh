@@ -8,9 +8,8 @@ source "$(dirname "$0")/lib.sh"
 say "starting a 3-node cluster"
 start_cluster 3
 say "cluster up, bootstrap $BOOTSTRAP"
-api 1 /v1/topics -X POST -d '{"name":"orders","partitions":3,"replication_factor":3,"configs":{"min.insync.replicas":"2"}}' >/dev/null \
-  || fail "could not create the topic"
-wait_until "leaders for every partition" 10 sh -c "curl -sf http://$(admin 1)/v1/topics/orders | jq -e '[.partitions[].high_watermark] | all(. != null)'"
+create_topic "$(admin 1)" '{"name":"orders","partitions":3,"replication_factor":3,"configs":{"min.insync.replicas":"2"}}'
+wait_until "leaders for every partition" 10 json_ok "http://$(admin 1)/v1/topics/orders" "[.partitions[].high_watermark] | all(. != null)"
 say "topic orders: 3 partitions, RF 3, min.insync.replicas 2"
 
 "$PYTHON" "$(dirname "$0")/client.py" produce "$BOOTSTRAP" orders 12 2000 "$DEMO_DIR/acked.txt" > "$DEMO_DIR/producer.out" 2>&1 &
@@ -24,7 +23,7 @@ say "partition 0: leader $LEADER, ISR $(api "$WATCH" /v1/topics/orders | jq -c '
 KILLED_AT=$(date +%s.%N)
 kill -9 "$(node_pid "$LEADER")"
 say "kill -9 broker $LEADER (the leader of partition 0)"
-wait_until "a new leader" 15 sh -c "curl -sf http://$(admin "$WATCH")/v1/topics/orders | jq -e '.partitions[0].leader != $LEADER and .partitions[0].leader != null'"
+wait_until "a new leader" 15 json_ok "http://$(admin "$WATCH")/v1/topics/orders" ".partitions[0].leader != $LEADER and .partitions[0].leader != null"
 NEW=$(api "$WATCH" /v1/topics/orders | jq -r '.partitions[0].leader')
 say "new leader of partition 0: broker $NEW, $(echo "$(date +%s.%N) - $KILLED_AT" | bc | xargs printf '%.2f') s after the kill"
 say "ISR now $(api "$WATCH" /v1/topics/orders | jq -c '.partitions[0].isr')"
@@ -32,7 +31,7 @@ say "ISR now $(api "$WATCH" /v1/topics/orders | jq -c '.partitions[0].isr')"
 sleep 2
 restart_node "$LEADER"
 say "restarted broker $LEADER from its argv in cluster.json"
-wait_until "broker $LEADER back in every ISR" 30 sh -c "curl -sf http://$(admin "$WATCH")/v1/topics/orders | jq -e '[.partitions[].isr | index($LEADER)] | all(. != null)'"
+wait_until "broker $LEADER back in every ISR" 30 json_ok "http://$(admin "$WATCH")/v1/topics/orders" "[.partitions[].isr | index($LEADER)] | all(. != null)"
 say "ISR grown back: $(api "$WATCH" /v1/topics/orders | jq -c '[.partitions[].isr]')"
 
 wait "$PRODUCER" || fail "producer failed: $(cat "$DEMO_DIR/producer.out")"

@@ -18,7 +18,27 @@ T0=$(date +%s.%N)
 CLUSTER_PID=""
 
 say() { printf '[%7.2fs] %s\n' "$(echo "$(date +%s.%N) - $T0" | bc)" "$*"; }
-fail() { say "FAILED: $*"; exit 1; }
+# fail REASON: says why and what each node logged last (on stderr), then exits;
+# cleanup keeps the logs.
+fail() {
+  say "FAILED: $*"
+  local f
+  while IFS= read -r f; do
+    echo "--- the last lines of ${f#"$DEMO_DIR"/}" >&2
+    tail -n 20 "$f" >&2
+  done < <(find "$DEMO_DIR" -maxdepth 3 -name '*.log' 2>/dev/null | sort)
+  exit 1
+}
+
+# create_topic ADMIN JSON: creates a topic through the admin API at ADMIN
+# (host:port); fails with the status and the reason the API gave.
+create_topic() {
+  local out code
+  out=$(curl -s --max-time 10 -w '\n%{http_code}' "http://$1/v1/topics" -X POST -d "$2") \
+    || fail "could not create the topic: no answer from $1"
+  code=${out##*$'\n'}
+  [[ $code == 2* ]] || fail "could not create the topic: HTTP $code ${out%$'\n'*}"
+}
 
 BACKGROUND_PIDS=()  # helpers the demo started (producers, ...): stopped on exit
 
@@ -94,6 +114,14 @@ restart_node() {
   echo $! >> "$DEMO_DIR/restarted.pids"
 }
 
+# json_ok URL FILTER: true when URL answers with JSON on which the jq FILTER
+# holds. (Not `curl | jq -e`: jq 1.6 exits 0 on no input, so a node not yet
+# listening would pass.)
+json_ok() {
+  local body
+  body=$(curl -sf --max-time 3 "$1") && [ -n "$body" ] && jq -e "$2" <<< "$body" > /dev/null
+}
+
 # wait_until DESCRIPTION TIMEOUT_S COMMAND...: polls COMMAND until it succeeds.
 wait_until() {
   local what=$1 timeout=$2; shift 2
@@ -139,9 +167,8 @@ add_node() {
 # min.insync.replicas 2), waits for its leaders, and starts the demo's producer
 # (acks=all, idempotent, 500 records/s) for a couple of seconds of load first.
 topic_under_load() {
-  api 1 /v1/topics -X POST -d "{\"name\":\"$TOPIC\",\"partitions\":$PARTITIONS,\"replication_factor\":3,\"configs\":{\"min.insync.replicas\":\"2\"}}" >/dev/null \
-    || fail "could not create the topic"
-  wait_until "leaders for every partition" 10 sh -c "curl -sf http://$(admin 1)/v1/topics/$TOPIC | jq -e '[.partitions[].high_watermark] | all(. != null)'"
+  create_topic "$(admin 1)" "{\"name\":\"$TOPIC\",\"partitions\":$PARTITIONS,\"replication_factor\":3,\"configs\":{\"min.insync.replicas\":\"2\"}}"
+  wait_until "leaders for every partition" 10 json_ok "http://$(admin 1)/v1/topics/$TOPIC" "[.partitions[].high_watermark] | all(. != null)"
   say "topic $TOPIC: $PARTITIONS partitions, RF 3, min.insync.replicas 2"
   start_producer 300 500 "$TOPIC"
   say "producer started: acks=all, idempotent, 500 records/s until the end"

@@ -21,7 +21,8 @@ on_exit() {
   for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   "$NETNS" down "$TAG" 3
 }
-trap 'rc=$?; on_exit; exit $rc' EXIT INT TERM
+# Then lib.sh's cleanup, with this script's exit status.
+trap 'rc=$?; on_exit; (exit $rc); cleanup' EXIT INT TERM
 
 host() { echo "$SUBNET.$1"; }
 napi() { curl -sf --max-time 3 "http://$(host "$1"):9644$2" "${@:3}"; }
@@ -33,11 +34,10 @@ for i in 1 2 3; do
   PIDS+=($!)
 done
 say "3 nodes started, each in its own network namespace ($SUBNET.1-3)"
-wait_until "3 active brokers" 30 sh -c "curl -sf http://$(host 1):9644/v1/cluster | jq -e '[.brokers[] | select(.state == \"active\")] | length == 3'"
+wait_until "3 active brokers" 30 json_ok "http://$(host 1):9644/v1/cluster" "[.brokers[] | select(.state == \"active\")] | length == 3"
 ALL="$(host 1):9092,$(host 2):9092,$(host 3):9092"
-napi 1 /v1/topics -X POST -d '{"name":"ledger","partitions":1,"replication_factor":3,"configs":{"min.insync.replicas":"2"}}' >/dev/null \
-  || fail "could not create the topic"
-wait_until "a leader" 10 sh -c "curl -sf http://$(host 1):9644/v1/topics/ledger | jq -e '.partitions[0].high_watermark != null'"
+create_topic "$(host 1):9644" '{"name":"ledger","partitions":1,"replication_factor":3,"configs":{"min.insync.replicas":"2"}}'
+wait_until "a leader" 10 json_ok "http://$(host 1):9644/v1/topics/ledger" ".partitions[0].high_watermark != null"
 LEADER=$(napi 1 /v1/topics/ledger | jq -r '.partitions[0].leader')
 OTHER=$(( LEADER % 3 + 1 ))
 say "topic ledger: RF 3, min.insync.replicas 2; leader is broker $LEADER"
@@ -47,11 +47,11 @@ ip netns exec "strom-$TAG-$LEADER" "$PYTHON" "$(dirname "$0")/client.py" produce
 CUT_PRODUCER=$!
 say "a client inside broker $LEADER's namespace writes with acks=all (500 records/s for 12 s)"
 # Cut only once it is writing (its start, imports included, can take seconds on a busy machine).
-wait_until "the client's first 200 records" 30 sh -c "curl -sf http://$(host "$LEADER"):9644/v1/topics/ledger | jq -e '.partitions[0].high_watermark >= 200'"
+wait_until "the client's first 200 records" 30 json_ok "http://$(host "$LEADER"):9644/v1/topics/ledger" ".partitions[0].high_watermark >= 200"
 CUT_AT=$(date +%s.%N)
 "$NETNS" cut "$TAG" "$LEADER"
 say "network cut: broker $LEADER (leader) can reach no other broker"
-wait_until "a new leader on the majority side" 20 sh -c "curl -sf http://$(host "$OTHER"):9644/v1/topics/ledger | jq -e '.partitions[0].leader != null and .partitions[0].leader != $LEADER'"
+wait_until "a new leader on the majority side" 20 json_ok "http://$(host "$OTHER"):9644/v1/topics/ledger" ".partitions[0].leader != null and .partitions[0].leader != $LEADER"
 NEW=$(napi "$OTHER" /v1/topics/ledger | jq -r '.partitions[0].leader')
 say "majority side: broker $NEW leads, $(echo "$(date +%s.%N) - $CUT_AT" | bc | xargs printf '%.2f') s after the cut; ISR $(napi "$OTHER" /v1/topics/ledger | jq -c '.partitions[0].isr')"
 MAJORITY="$(host "$NEW"):9092"
@@ -62,7 +62,7 @@ sleep 3
 HEAL_AT=$(date +%s.%N)
 "$NETNS" heal "$TAG" "$LEADER"
 say "network healed"
-wait_until "broker $LEADER back in the ISR" 60 sh -c "curl -sf http://$(host "$OTHER"):9644/v1/topics/ledger | jq -e '.partitions[0].isr | index($LEADER) != null'"
+wait_until "broker $LEADER back in the ISR" 60 json_ok "http://$(host "$OTHER"):9644/v1/topics/ledger" ".partitions[0].isr | index($LEADER) != null"
 say "broker $LEADER rejoined: ISR $(napi "$OTHER" /v1/topics/ledger | jq -c '.partitions[0].isr')"
 grep -q "truncated a divergent suffix" "$DEMO_DIR/node-$LEADER.log" || fail "the old leader did not truncate"
 say "old leader's log: $(grep -o 'truncated a divergent suffix.*' "$DEMO_DIR/node-$LEADER.log" | head -1)"

@@ -65,7 +65,7 @@ broker_table "$WATCH"
 
 say "the operator replaces the dead voter in the metadata quorum: strom quorum remove-voter $DEAD; strom quorum add-voter 4"
 strom_cli "$WATCH" quorum remove-voter "$DEAD" >/dev/null || fail "could not remove voter $DEAD"
-wait_until "node 4 caught up" 15 sh -c "curl -sf http://$(admin "$WATCH")/v1/quorum | jq -e '.observers[] | select(.id == 4) | .lag <= 100'"
+wait_until "node 4 caught up" 15 json_ok "http://$(admin "$WATCH")/v1/quorum" ".observers[] | select(.id == 4) | .lag <= 100"
 strom_cli "$WATCH" quorum add-voter 4 >/dev/null || fail "could not promote node 4"
 strom_cli "$WATCH" broker unregister "$DEAD" >/dev/null || fail "could not unregister broker $DEAD"
 gone() { api "$WATCH" /v1/brokers | jq -e "all(.id != $DEAD)"; }
