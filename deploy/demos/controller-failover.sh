@@ -49,7 +49,7 @@ done
 
 restart_node "$CONTROLLER"
 say "restarted broker $CONTROLLER"
-wait_until "broker $CONTROLLER to catch up" 30 sh -c "[ \$(curl -sf http://$(admin "$CONTROLLER")/v1/topics | jq length) -ge $CREATED ]"
+wait_until "broker $CONTROLLER to catch up" 30 json_ok "http://$(admin "$CONTROLLER")/v1/topics" "length >= $CREATED"
 api "$CONTROLLER" /v1/topics | jq -r '.[].name' | sort > "$DEMO_DIR/have-$CONTROLLER.txt"
 missing=$(comm -23 <(sort "$DEMO_DIR/created.txt") "$DEMO_DIR/have-$CONTROLLER.txt" | wc -l)
 [ "$missing" -eq 0 ] || fail "the restarted broker is missing $missing topics"

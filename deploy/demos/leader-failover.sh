@@ -8,7 +8,7 @@ source "$(dirname "$0")/lib.sh"
 say "starting a 3-node cluster"
 start_cluster 3
 say "cluster up, bootstrap $BOOTSTRAP"
-create_topic "$(admin 1)" '{"name":"orders","partitions":3,"replication_factor":3,"configs":{"min.insync.replicas":"2"}}'
+create_topic "$(admin 1)" orders 3
 wait_until "leaders for every partition" 10 json_ok "http://$(admin 1)/v1/topics/orders" "[.partitions[].high_watermark] | all(. != null)"
 say "topic orders: 3 partitions, RF 3, min.insync.replicas 2"
 

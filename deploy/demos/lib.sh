@@ -30,14 +30,12 @@ fail() {
   exit 1
 }
 
-# create_topic ADMIN JSON: creates a topic through the admin API at ADMIN
-# (host:port); fails with the status and the reason the API gave.
+# create_topic ADMIN NAME PARTITIONS: RF 3, min.insync.replicas 2, through the
+# admin API at ADMIN (host:port) with the operator's CLI, which says why if the
+# API refuses.
 create_topic() {
-  local out code
-  out=$(curl -s --max-time 10 -w '\n%{http_code}' "http://$1/v1/topics" -X POST -d "$2") \
-    || fail "could not create the topic: no answer from $1"
-  code=${out##*$'\n'}
-  [[ $code == 2* ]] || fail "could not create the topic: HTTP $code ${out%$'\n'*}"
+  "$STROM" topic create --admin-url "http://$1" "$2" --partitions "$3" --replication-factor 3 \
+    --config min.insync.replicas=2 > /dev/null || fail "could not create topic $2"
 }
 
 BACKGROUND_PIDS=()  # helpers the demo started (producers, ...): stopped on exit
@@ -167,7 +165,7 @@ add_node() {
 # min.insync.replicas 2), waits for its leaders, and starts the demo's producer
 # (acks=all, idempotent, 500 records/s) for a couple of seconds of load first.
 topic_under_load() {
-  create_topic "$(admin 1)" "{\"name\":\"$TOPIC\",\"partitions\":$PARTITIONS,\"replication_factor\":3,\"configs\":{\"min.insync.replicas\":\"2\"}}"
+  create_topic "$(admin 1)" "$TOPIC" "$PARTITIONS"
   wait_until "leaders for every partition" 10 json_ok "http://$(admin 1)/v1/topics/$TOPIC" "[.partitions[].high_watermark] | all(. != null)"
   say "topic $TOPIC: $PARTITIONS partitions, RF 3, min.insync.replicas 2"
   start_producer 300 500 "$TOPIC"

@@ -36,7 +36,7 @@ done
 say "3 nodes started, each in its own network namespace ($SUBNET.1-3)"
 wait_until "3 active brokers" 30 json_ok "http://$(host 1):9644/v1/cluster" "[.brokers[] | select(.state == \"active\")] | length == 3"
 ALL="$(host 1):9092,$(host 2):9092,$(host 3):9092"
-create_topic "$(host 1):9644" '{"name":"ledger","partitions":1,"replication_factor":3,"configs":{"min.insync.replicas":"2"}}'
+create_topic "$(host 1):9644" ledger 1
 wait_until "a leader" 10 json_ok "http://$(host 1):9644/v1/topics/ledger" ".partitions[0].high_watermark != null"
 LEADER=$(napi 1 /v1/topics/ledger | jq -r '.partitions[0].leader')
 OTHER=$(( LEADER % 3 + 1 ))
