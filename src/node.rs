@@ -64,6 +64,8 @@ pub struct NodeContext {
     pub admin_security: AdminSecurity,
     /// Client quota rates.
     pub quotas: crate::security::quotas::QuotaManager,
+    /// Incremental fetch sessions (KIP-227).
+    pub fetch_sessions: crate::kafka::fetch_session::FetchSessionCache,
 }
 
 /// Longest a request waits for the data plane to enact metadata this node has already applied.
@@ -345,6 +347,9 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         authorizer: Authorizer::from_settings(&settings),
         admin_security,
         quotas: crate::security::quotas::QuotaManager::from_settings(&settings),
+        fetch_sessions: crate::kafka::fetch_session::FetchSessionCache::new(
+            settings.int("max.incremental.fetch.session.cache.slots").unwrap_or(1000).max(0) as usize,
+        ),
     });
 
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -1,5 +1,7 @@
 //! Cluster-wide reads: health, readiness, cluster and brokers, metrics.
 
+use std::fmt::Write;
+
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
@@ -32,6 +34,30 @@ pub async fn ready(State(ctx): Ctx) -> impl IntoResponse {
 pub async fn metrics(State(ctx): Ctx) -> impl IntoResponse {
     let mut body = ctx.metrics.render(&ctx.quorum);
     body.push_str(&super::groups::lag_metrics(&ctx).await);
+    let _ = write!(
+        body,
+        "# HELP strom_fetch_sessions Incremental fetch sessions (KIP-227) held by this broker.\n\
+         # TYPE strom_fetch_sessions gauge\n"
+    );
+    let mut partitions = String::from(
+        "# HELP strom_fetch_session_partitions Partitions in those sessions.\n\
+         # TYPE strom_fetch_session_partitions gauge\n",
+    );
+    for (kind, followers) in [("consumer", false), ("follower", true)] {
+        let (n, parts) = ctx.fetch_sessions.stats(followers);
+        let _ = writeln!(body, "strom_fetch_sessions{{kind=\"{kind}\"}} {n}");
+        let _ = writeln!(partitions, "strom_fetch_session_partitions{{kind=\"{kind}\"}} {parts}");
+    }
+    body.push_str(&partitions);
+    let _ = writeln!(
+        body,
+        "# HELP strom_fetch_sessions_opened_total Fetch sessions opened since start.\n\
+         # TYPE strom_fetch_sessions_opened_total counter\n\
+         strom_fetch_sessions_opened_total{{kind=\"consumer\"}} {}\n\
+         strom_fetch_sessions_opened_total{{kind=\"follower\"}} {}",
+        ctx.fetch_sessions.opened(false),
+        ctx.fetch_sessions.opened(true)
+    );
     ([("content-type", "text/plain; version=0.0.4")], body)
 }
 

@@ -228,6 +228,12 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
     def("replica.fetch.wait.max.ms", Some("500"), int(0, I32_MAX), "follower fetch long-poll"),
     def("replica.fetch.max.bytes", Some("1048576"), int(0, I32_MAX), "follower fetch bytes per partition"),
     def(
+        "max.incremental.fetch.session.cache.slots",
+        Some("1000"),
+        int(0, I32_MAX),
+        "incremental fetch sessions (KIP-227) a broker keeps; 0: none",
+    ),
+    def(
         "replica.fetch.response.max.bytes",
         Some("10485760"),
         int(0, I32_MAX),

@@ -5,6 +5,8 @@
 //!   bounded number in flight, responses in request order, idle timeout.
 //! - [`frame`]: response frames in pieces, so a Fetch's records go from the
 //!   segment file to the socket (`sendfile`) without being copied.
+//! - [`fetch_session`]: incremental fetch sessions (KIP-227): a client that
+//!   fetches the same partitions sends and receives only what changed.
 //! - [`registry`]: the one table of supported APIs and versions; it both
 //!   dispatches and answers ApiVersions.
 //! - [`authorized_operations`]: what Metadata, DescribeCluster and
@@ -18,6 +20,7 @@
 
 pub mod authorized_operations;
 pub mod connection;
+pub mod fetch_session;
 pub mod frame;
 pub mod handlers;
 pub mod producer_ids;

@@ -6,13 +6,15 @@
 //! truncates there; then it fetches from its log end offset with its replica
 //! id, appends what comes back, and keeps its high watermark at
 //! min(leader's, own log end). The leader long-polls, so an idle fetcher
-//! costs one request per `replica.fetch.wait.max.ms`.
+//! costs one request per `replica.fetch.wait.max.ms`, and an incremental
+//! fetch session (KIP-227) keeps that request and its answer small: only
+//! partitions whose position moved, or with news, are in them.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -22,6 +24,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::client::KafkaConnection;
+use super::fetch_session::SessionHandler;
 use super::partition::{DurableWait, Partition};
 use super::ReplicaManager;
 use crate::clock::mono_ms;
@@ -140,10 +143,21 @@ impl FetcherManager {
         shutdown: watch::Receiver<bool>,
     ) {
         let mut conn: Option<KafkaConnection> = None;
+        let mut session = SessionHandler::default();
         let client_id = format!("strom-follower-{}", self.broker_id);
+        // The partitions fetched, resolved again only when the assignment or
+        // the hosted replicas change.
+        let mut roles = self.replicas.subscribe();
+        let mut parts: Vec<Arc<Partition>> = Vec::new();
+        let mut resolved = false;
         while !*shutdown.borrow() {
-            let keys = partitions.borrow_and_update().clone();
-            if keys.is_empty() {
+            if !resolved || partitions.has_changed().unwrap_or(true) || roles.has_changed().unwrap_or(true) {
+                roles.borrow_and_update();
+                let keys = partitions.borrow_and_update();
+                parts = keys.iter().filter_map(|(t, i)| self.replicas.get(t, *i)).collect();
+                resolved = !keys.is_empty();
+            }
+            if !resolved {
                 if partitions.changed().await.is_err() {
                     return;
                 }
@@ -165,14 +179,14 @@ impl FetcherManager {
                 }
             }
             let Some(c) = conn.as_mut() else { continue };
-            let parts: Vec<Arc<Partition>> = keys.iter().filter_map(|(t, i)| self.replicas.get(t, *i)).collect();
             let result = match self.truncate(c, &parts).await {
-                Ok(()) => self.fetch_once(c, &parts).await,
+                Ok(()) => self.fetch_once(c, &parts, &mut session).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
                 tracing::debug!(leader, error = %e, "follower fetch failed; reconnecting");
                 conn = None;
+                session.reset();
                 tokio::time::sleep(RETRY_BACKOFF).await;
             }
         }
@@ -232,6 +246,7 @@ impl FetcherManager {
         &self,
         conn: &mut KafkaConnection,
         parts: &[Arc<Partition>],
+        session: &mut SessionHandler,
     ) -> Result<(), super::client::ClientError> {
         if !self.replicas.disk.has_room() {
             // Below `storage.min.free.bytes`: this replica falls behind (and
@@ -275,22 +290,35 @@ impl FetcherManager {
             tokio::time::sleep(RETRY_BACKOFF).await;
             return Ok(());
         }
+        let next = session.build(&topics);
+        let name = |t: String| TopicName(StrBytes::from_string(t));
         let request = FetchRequest::default()
             .with_replica_id(BrokerId(self.broker_id))
             .with_max_wait_ms(self.fetch_wait_ms)
             .with_min_bytes(1)
             .with_max_bytes(self.response_fetch_bytes)
-            .with_session_epoch(-1)
+            .with_session_id(next.session_id)
+            .with_session_epoch(next.epoch)
             .with_topics(
-                topics
+                next.send
                     .into_iter()
-                    .map(|(t, ps)| {
-                        FetchTopic::default().with_topic(TopicName(StrBytes::from_string(t))).with_partitions(ps)
-                    })
+                    .map(|(t, ps)| FetchTopic::default().with_topic(name(t)).with_partitions(ps))
+                    .collect(),
+            )
+            .with_forgotten_topics_data(
+                next.forget
+                    .into_iter()
+                    .map(|(t, ps)| ForgottenTopic::default().with_topic(name(t)).with_partitions(ps))
                     .collect(),
             );
         let timeout = Duration::from_millis(self.fetch_wait_ms.max(0) as u64) + Duration::from_secs(5);
         let response = conn.send(&request, FETCH_VERSION, timeout).await?;
+        session.answered(response.error_code, response.session_id);
+        if response.error_code != 0 {
+            // The session is gone or out of step: the next request is full.
+            tracing::debug!(code = response.error_code, "fetch session refused; starting a new one");
+            return Ok(());
+        }
         let mut retry_soon = false;
         // Appends that reached `flush.messages`: fetched again only once
         // fsynced, so the offset the next fetch reports is durable. Their

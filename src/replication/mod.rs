@@ -5,10 +5,12 @@
 //! - [`manager`]: opens, re-roles and deletes replicas as the applied
 //!   metadata image changes; flush, retention and checkpoint timers.
 //!
-//! Follower fetching and ISR changes build on these.
+//! Follower fetching ([`fetcher`], with an incremental fetch session per
+//! leader: [`fetch_session`]) and ISR changes build on these.
 
 pub mod client;
 pub mod disk;
+pub mod fetch_session;
 pub mod fetcher;
 pub mod isr;
 pub mod isr_sync;

@@ -1,10 +1,12 @@
 //! Fetch: raw batches from the partition logs, below the high watermark for
 //! consumers (up to the log end for follower replicas), bounded by
 //! `max_bytes` and each partition's limit; long-polls up to `max_wait_ms`
-//! until `min_bytes` are there. Sessions are not kept: every answer is a
-//! full, sessionless one (session id 0), which clients accept. Records are
-//! not read: each partition's answer is a range of its segment file, which
-//! the connection sends from the page cache (see [`crate::kafka::frame`]).
+//! until `min_bytes` are there. A client may open an incremental fetch
+//! session (KIP-227, [`crate::kafka::fetch_session`]): its requests then name
+//! only the partitions whose position changed, and its answers carry only the
+//! partitions with something new. Records are not read: each partition's
+//! answer is a range of its segment file, which the connection sends from the
+//! page cache (see [`crate::kafka::frame`]).
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +18,7 @@ use kafka_protocol::ResponseError;
 
 use super::{missing_partition_code, partition_error_code};
 use crate::clock::mono_ms;
+use crate::kafka::fetch_session::{Owner, Plan};
 use crate::kafka::frame::RecordSlices;
 use crate::kafka::registry::Client;
 use crate::log::LogError;
@@ -38,26 +41,25 @@ fn empty(index: i32, code: i16) -> PartitionData {
         .with_records(Some(Bytes::new()))
 }
 
-/// One pass over the requested partitions; returns the answer, the file
+/// One pass over the partitions of `plan`; returns the answer, the file
 /// ranges its records fields stand for, and its bytes.
 fn read_all(
     ctx: &NodeContext,
-    request: &FetchRequest,
+    max_bytes: i32,
+    plan: &Plan,
     replica: Option<i32>,
     readable: &[bool],
 ) -> (Vec<FetchableTopicResponse>, RecordSlices, usize) {
     let mut slices = RecordSlices::default();
-    let mut budget = request.max_bytes.max(0) as usize;
+    let mut budget = max_bytes.max(0) as usize;
     let mut total = 0usize;
     let image = ctx.quorum.image();
-    let topics = request
-        .topics
+    let topics = plan
         .iter()
         .zip(readable)
-        .map(|(topic, &readable)| {
-            let name = topic.topic.0.as_str();
-            let partitions = topic
-                .partitions
+        .map(|((topic, wants), &readable)| {
+            let name = topic.0.as_str();
+            let partitions = wants
                 .iter()
                 .map(|fp| {
                     if !readable {
@@ -119,7 +121,7 @@ fn read_all(
                     }
                 })
                 .collect();
-            FetchableTopicResponse::default().with_topic(topic.topic.clone()).with_partitions(partitions)
+            FetchableTopicResponse::default().with_topic(topic.clone()).with_partitions(partitions)
         })
         .collect();
     (topics, slices, total)
@@ -133,14 +135,21 @@ pub async fn handle(
     client: &Client,
 ) -> (FetchResponse, RecordSlices) {
     let replica = [request.replica_id.0, request.replica_state.replica_id.0].into_iter().find(|id| *id >= 0);
+    let owner = Owner { principal: client.principal.clone(), replica };
+    let (kind, plan) = match ctx.fetch_sessions.begin(&request, &owner, mono_ms().max(0) as u64) {
+        Ok(begun) => begun,
+        Err(e) => {
+            let answer = FetchResponse::default().with_error_code(e.code()).with_session_id(0);
+            return (answer, RecordSlices::default());
+        }
+    };
     // A follower needs CLUSTER_ACTION on the cluster; a consumer READ on each topic.
     let image = ctx.quorum.image();
     let readable: Vec<bool> = match replica {
-        Some(_) => vec![ctx.authorize_cluster(client, &image, Operation::ClusterAction); request.topics.len()],
-        None => request
-            .topics
+        Some(_) => vec![ctx.authorize_cluster(client, &image, Operation::ClusterAction); plan.len()],
+        None => plan
             .iter()
-            .map(|t| ctx.authorize(client, &image, Operation::Read, ResourceType::Topic, t.topic.0.as_str()))
+            .map(|(topic, _)| ctx.authorize(client, &image, Operation::Read, ResourceType::Topic, topic.0.as_str()))
             .collect(),
     };
     drop(image);
@@ -149,14 +158,13 @@ pub async fn handle(
     loop {
         // Subscribe before reading, so an append between the read and the
         // wait still wakes us.
-        let mut watches: Vec<_> = request
-            .topics
+        let mut watches: Vec<_> = plan
             .iter()
-            .flat_map(|t| t.partitions.iter().filter_map(|p| ctx.replicas.get(t.topic.0.as_str(), p.partition)))
+            .flat_map(|(t, wants)| wants.iter().filter_map(|w| ctx.replicas.get(t.0.as_str(), w.partition)))
             .map(|p| if replica.is_some() { p.subscribe_log_end() } else { p.subscribe() })
             .collect();
         let mut roles = ctx.replicas.subscribe();
-        let (mut topics, slices, bytes) = read_all(ctx, &request, replica, &readable);
+        let (mut topics, slices, bytes) = read_all(ctx, request.max_bytes, &plan, replica, &readable);
         if version < 5 {
             // The log start offset is not in responses before v5.
             topics.iter_mut().flat_map(|t| t.partitions.iter_mut()).for_each(|p| p.log_start_offset = -1);
@@ -164,7 +172,8 @@ pub async fn handle(
         let now = Instant::now();
         let any_error = topics.iter().flat_map(|t| &t.partitions).any(|p| p.error_code != 0);
         if bytes >= min_bytes || now >= deadline || any_error || watches.is_empty() {
-            return (FetchResponse::default().with_responses(topics).with_session_id(0), slices);
+            ctx.fetch_sessions.finish(kind, &mut topics);
+            return (FetchResponse::default().with_responses(topics).with_session_id(kind.session_id()), slices);
         }
         let changes: Vec<_> = watches.iter_mut().map(|w| Box::pin(w.changed())).collect();
         tokio::select! {
