@@ -7,7 +7,7 @@
 //! deletes the logs of partitions that are gone. Timers flush
 //! (`flush.ms`), apply retention and write the recovery-point checkpoint.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -31,11 +31,44 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(5);
 
 pub type PartitionKey = (String, i32);
 
+/// The hosted replicas by topic, then index, so that a lookup by `&str`
+/// builds no key (every fetch looks up each partition it names).
+#[derive(Default)]
+struct Hosted(HashMap<String, HashMap<i32, Arc<Partition>>>);
+
+impl Hosted {
+    fn get(&self, topic: &str, index: i32) -> Option<&Arc<Partition>> {
+        self.0.get(topic)?.get(&index)
+    }
+
+    /// Registers `partition` unless one is there already; the registered one.
+    fn insert_if_absent(&mut self, topic: &str, index: i32, partition: Arc<Partition>) -> Arc<Partition> {
+        self.0.entry(topic.to_string()).or_default().entry(index).or_insert(partition).clone()
+    }
+
+    fn remove(&mut self, topic: &str, index: i32) -> Option<Arc<Partition>> {
+        let partitions = self.0.get_mut(topic)?;
+        let removed = partitions.remove(&index);
+        if partitions.is_empty() {
+            self.0.remove(topic);
+        }
+        removed
+    }
+
+    fn keys(&self) -> impl Iterator<Item = (&str, i32)> {
+        self.0.iter().flat_map(|(t, ps)| ps.keys().map(move |i| (t.as_str(), *i)))
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Arc<Partition>> {
+        self.0.values().flat_map(HashMap::values)
+    }
+}
+
 pub struct ReplicaManager {
     broker_id: i32,
     logs_dir: PathBuf,
     settings: Arc<Settings>,
-    partitions: RwLock<HashMap<PartitionKey, Arc<Partition>>>,
+    partitions: RwLock<Hosted>,
     recovery: OffsetCheckpointFile,
     /// Recovery points as checkpointed before this start.
     recovery_at_start: BTreeMap<PartitionKey, i64>,
@@ -116,7 +149,7 @@ impl ReplicaManager {
             recovery_at_start,
             logs_dir,
             settings,
-            partitions: RwLock::new(HashMap::new()),
+            partitions: RwLock::new(Hosted::default()),
             epoch_tx,
             applied_tx: watch::channel(0).0,
             strays_deleted: std::sync::atomic::AtomicBool::new(false),
@@ -139,7 +172,7 @@ impl ReplicaManager {
     }
 
     pub fn get(&self, topic: &str, partition: i32) -> Option<Arc<Partition>> {
-        self.partitions.read().unwrap_or_else(|e| e.into_inner()).get(&(topic.to_string(), partition)).cloned()
+        self.partitions.read().unwrap_or_else(|e| e.into_inner()).get(topic, partition).cloned()
     }
 
     /// The directory the partition logs live in (Kafka's one log dir).
@@ -184,7 +217,7 @@ impl ReplicaManager {
 
     /// Brings the hosted replicas in line with `image`.
     pub fn apply_image(&self, image: &MetadataImage) {
-        let mut wanted: HashMap<PartitionKey, ()> = HashMap::new();
+        let mut wanted: HashMap<&str, HashSet<i32>> = HashMap::new();
         let settings = self.settings.for_broker(image, self.broker_id);
         let rate = |key: &str| settings.int(key).map_or(UNLIMITED, |v| v.max(0) as u64);
         self.leader_throttle.set_rate(rate("leader.replication.throttled.rate"));
@@ -195,8 +228,7 @@ impl ReplicaManager {
                 if !p.replicas.contains(&self.broker_id) {
                     continue;
                 }
-                let key = (topic.name.clone(), index);
-                wanted.insert(key.clone(), ());
+                wanted.entry(topic.name.as_str()).or_default().insert(index);
                 let partition = match self.get(&topic.name, index) {
                     Some(existing) => {
                         if let Err(e) = existing.set_config(config.clone(), min_insync) {
@@ -204,7 +236,7 @@ impl ReplicaManager {
                         }
                         existing
                     }
-                    None => match self.open_partition(&key, config.clone(), min_insync) {
+                    None => match self.open_partition(&(topic.name.clone(), index), config.clone(), min_insync) {
                         Some(partition) => partition,
                         None => continue,
                     },
@@ -218,10 +250,13 @@ impl ReplicaManager {
         }
         let gone: Vec<PartitionKey> = {
             let map = self.partitions.read().unwrap_or_else(|e| e.into_inner());
-            map.keys().filter(|k| !wanted.contains_key(*k)).cloned().collect()
+            map.keys()
+                .filter(|(t, i)| !wanted.get(t).is_some_and(|w| w.contains(i)))
+                .map(|(t, i)| (t.to_string(), i))
+                .collect()
         };
         for key in gone {
-            let removed = self.partitions.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
+            let removed = self.partitions.write().unwrap_or_else(|e| e.into_inner()).remove(&key.0, key.1);
             if let Some(partition) = removed {
                 partition.stop_serving();
                 match Arc::try_unwrap(partition) {
@@ -262,7 +297,7 @@ impl ReplicaManager {
                     tracing::warn!(topic = %topic, partition = index, error = %e, "config not applied");
                 }
                 let mut map = self.partitions.write().unwrap_or_else(|e| e.into_inner());
-                Some(map.entry(key.clone()).or_insert(partition).clone())
+                Some(map.insert_if_absent(topic, index, partition))
             }
             Err(e) => {
                 tracing::error!(topic = %topic, partition = index, error = %e, "cannot open partition log");
@@ -313,9 +348,9 @@ impl ReplicaManager {
     /// still on disk: moved away or deleted while it was down (Kafka's stray
     /// replicas). Called with the first image, which the broker has caught
     /// up to, so an assignment cannot be mistaken for a stray.
-    fn delete_strays(&self, wanted: &HashMap<PartitionKey, ()>) {
+    fn delete_strays(&self, wanted: &HashMap<&str, HashSet<i32>>) {
         for ((topic, index), path) in self.partition_dirs() {
-            if wanted.contains_key(&(topic.clone(), index)) {
+            if wanted.get(topic.as_str()).is_some_and(|w| w.contains(&index)) {
                 continue;
             }
             match std::fs::remove_dir_all(&path) {
