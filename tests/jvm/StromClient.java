@@ -1,0 +1,121 @@
+// The reference Java client (kafka-clients) as a test client, run from source:
+//
+//   java -cp 'target/jvm/lib/*' tests/jvm/StromClient.java produce BOOTSTRAP TOPIC COUNT
+//   java -cp 'target/jvm/lib/*' tests/jvm/StromClient.java consume BOOTSTRAP TOPIC GROUP COUNT TIMEOUT_S
+//
+// produce: an idempotent producer (acks=all) sends COUNT records, value "v-<i>", key
+//   "k-<i mod 50>", i from the system property strom.first (0); prints one line per record, "<partition> <offset> <value>", and exits
+//   1 if any send fails.
+// consume: a group member (classic protocol, subscribe) reads until COUNT records came,
+//   prints "<partition> <offset> <value>" per record, commits synchronously, and exits 1
+//   if TIMEOUT_S passes first.
+//
+// Extra client settings come as KEY=VALUE arguments after the fixed ones.
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.Future;
+
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+public class StromClient {
+    public static void main(String[] args) throws Exception {
+        if (args.length < 1) {
+            usage();
+        }
+        switch (args[0]) {
+            case "produce" -> produce(args);
+            case "consume" -> consume(args);
+            default -> usage();
+        }
+    }
+
+    static void usage() {
+        System.err.println("usage: produce BOOTSTRAP TOPIC COUNT [K=V...] | consume BOOTSTRAP TOPIC GROUP COUNT TIMEOUT_S [K=V...]");
+        System.exit(2);
+    }
+
+    static void extra(Properties props, String[] args, int from) {
+        for (int i = from; i < args.length; i++) {
+            String[] kv = args[i].split("=", 2);
+            props.put(kv[0], kv[1]);
+        }
+    }
+
+    static void produce(String[] args) throws Exception {
+        if (args.length < 4) {
+            usage();
+        }
+        Properties props = new Properties();
+        props.put("bootstrap.servers", args[1]);
+        props.put("acks", "all");
+        props.put("enable.idempotence", "true");
+        props.put("linger.ms", "5");
+        props.put("key.serializer", StringSerializer.class.getName());
+        props.put("value.serializer", StringSerializer.class.getName());
+        extra(props, args, 4);
+        String topic = args[2];
+        int count = Integer.parseInt(args[3]);
+        int first = Integer.getInteger("strom.first", 0);
+        List<Future<RecordMetadata>> sent = new ArrayList<>();
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            for (int i = 0; i < count; i++) {
+                int n = first + i;
+                sent.add(producer.send(new ProducerRecord<>(topic, "k-" + (n % 50), "v-" + n)));
+            }
+            producer.flush();
+            int failed = 0;
+            for (int i = 0; i < count; i++) {
+                try {
+                    RecordMetadata md = sent.get(i).get();
+                    System.out.println(md.partition() + " " + md.offset() + " v-" + (first + i));
+                } catch (Exception e) {
+                    failed++;
+                    System.err.println("send " + i + " failed: " + e);
+                }
+            }
+            if (failed > 0) {
+                System.exit(1);
+            }
+        }
+    }
+
+    static void consume(String[] args) {
+        if (args.length < 6) {
+            usage();
+        }
+        Properties props = new Properties();
+        props.put("bootstrap.servers", args[1]);
+        props.put("group.id", args[3]);
+        props.put("auto.offset.reset", "earliest");
+        props.put("enable.auto.commit", "false");
+        props.put("key.deserializer", StringDeserializer.class.getName());
+        props.put("value.deserializer", StringDeserializer.class.getName());
+        extra(props, args, 6);
+        int count = Integer.parseInt(args[4]);
+        long deadline = System.nanoTime() + Long.parseLong(args[5]) * 1_000_000_000L;
+        int got = 0;
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
+            consumer.subscribe(List.of(args[2]));
+            while (got < count) {
+                if (System.nanoTime() > deadline) {
+                    System.err.println("timed out with " + got + " of " + count + " records");
+                    System.exit(1);
+                }
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                    System.out.println(r.partition() + " " + r.offset() + " " + r.value());
+                    got++;
+                }
+            }
+            consumer.commitSync();
+        }
+    }
+}

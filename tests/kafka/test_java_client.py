@@ -1,0 +1,113 @@
+"""The reference Java client (kafka-clients 4.x, fetched by tests/setup_jvm.sh) against a
+real cluster: an idempotent acks=all producer, and a consumer group whose members fetch
+through incremental fetch sessions (KIP-227) and get every record exactly once, also
+across a leader's SIGKILL."""
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+
+import pytest
+
+import harness
+from test_fetch_sessions import session_metrics, sessions_opened
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+LIB = os.path.join(REPO, "target", "jvm", "lib")
+SOURCE = os.path.join(REPO, "tests", "jvm", "StromClient.java")
+
+
+@pytest.fixture(scope="module")
+def java():
+    if shutil.which("java") is None:
+        pytest.skip("no java on PATH (tests/setup_jvm.sh sets up the Java client where a JDK and Maven are)")
+    assert os.path.isdir(LIB), f"{LIB} is missing: run tests/setup_jvm.sh"
+    return shutil.which("java")
+
+
+def java_cmd(java, args, jvm=()):
+    return [java, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", *jvm, "-cp", os.path.join(LIB, "*"), SOURCE,
+            *args]
+
+
+def run_java(java, *args, jvm=(), timeout=180):
+    """Runs StromClient.java with args; returns its stdout lines as (partition, offset, value)."""
+    p = subprocess.run(java_cmd(java, args, jvm), capture_output=True, text=True, timeout=timeout)
+    assert p.returncode == 0, f"{args[0]} exited {p.returncode}:\n{p.stderr[-4000:]}"
+    rows = []
+    for line in p.stdout.splitlines():
+        partition, offset, value = line.split(" ", 2)
+        rows.append((int(partition), int(offset), value))
+    return rows
+
+
+def check_exactly_once(produced, consumed, count):
+    assert sorted(v for _, _, v in produced) == sorted(f"v-{i}" for i in range(count))
+    assert sorted(v for _, _, v in consumed) == sorted(v for _, _, v in produced), "every record once"
+    by_partition = {}
+    for partition, offset, _ in consumed:
+        by_partition.setdefault(partition, []).append(offset)
+    for partition, offsets in by_partition.items():
+        assert offsets == sorted(offsets), f"partition {partition} out of order"
+    assert {(p, o) for p, o, _ in produced} == {(p, o) for p, o, _ in consumed}, "same partitions and offsets"
+
+
+def test_java_producer_and_group_consumer(java, cluster3):
+    c = cluster3
+    topic = f"java-{uuid.uuid4().hex[:8]}"
+    c.create_topic(topic, partitions=6, rf=3, configs={"min.insync.replicas": "2"})
+    c.wait_topic(topic, 6)
+    produced = run_java(java, "produce", c.bootstrap, topic, "3000")
+    assert len(produced) == 3000
+    opened = sum(sessions_opened(c, nid) for nid in c.running())
+    consumed = run_java(java, "consume", c.bootstrap, topic, f"g-{topic}", "3000", "120")
+    check_exactly_once(produced, consumed, 3000)
+    # The consumer fetched through a session on each leader, and closed them as it left.
+    leaders = set(c.leaders(topic).values())
+    assert sum(sessions_opened(c, nid) for nid in c.running()) - opened >= len(leaders)
+    harness.wait_for("the consumer's sessions to be closed", 10,
+                     lambda: sum(session_metrics(c, nid)[0] for nid in c.running()) == 0)
+
+
+def test_java_consumer_across_a_leader_kill(java, make_cluster):
+    """A consumer reads half, the leader of partition 0 is killed, the rest is produced to
+    the new leaders, and the same consumer (its sessions on the dead broker gone) reads it."""
+    c = make_cluster(3, settings=harness.FAST)
+    topic = f"java-kill-{uuid.uuid4().hex[:8]}"
+    c.create_topic(topic, partitions=3, rf=3, configs={"min.insync.replicas": "2"})
+    c.wait_topic(topic, 3)
+    produced = run_java(java, "produce", c.bootstrap, topic, "1000")
+    cmd = java_cmd(java, ["consume", c.bootstrap, topic, f"g-{topic}", "2000", "150"])
+    errors = tempfile.TemporaryFile(mode="w+")
+    consumer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True)
+
+    def stderr_tail():
+        errors.seek(0)
+        return errors.read()[-4000:]
+
+    try:
+        consumed = []
+        while len(consumed) < 1000:
+            line = consumer.stdout.readline()
+            assert line, f"consumer ended early:\n{stderr_tail()}"
+            partition, offset, value = line.rstrip("\n").split(" ", 2)
+            consumed.append((int(partition), int(offset), value))
+        victim = c.leaders(topic)[0]
+        c.kill(victim)
+        survivor = next(n for n in (1, 2, 3) if n != victim)
+        harness.wait_for("partition 0 led by a live broker", 30,
+                         lambda: c.leaders(topic, via=survivor).get(0) not in (None, victim))
+        bootstrap = ",".join(c.node(n).kafka for n in c.running())
+        produced += run_java(java, "produce", bootstrap, topic, "1000", jvm=["-Dstrom.first=1000"])
+        out, _ = consumer.communicate(timeout=150)
+        assert consumer.returncode == 0, f"consumer exited {consumer.returncode}:\n{stderr_tail()}"
+        for line in out.splitlines():
+            partition, offset, value = line.split(" ", 2)
+            consumed.append((int(partition), int(offset), value))
+    finally:
+        if consumer.poll() is None:
+            consumer.kill()
+            consumer.wait()
+        errors.close()
+    check_exactly_once(produced, consumed, 2000)
