@@ -9,7 +9,9 @@ use crate::kafka::registry::Client;
 use crate::security::acl::{Operation, ResourceType};
 use std::collections::BTreeMap;
 
-use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
 use kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig;
 use kafka_protocol::messages::{
     alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest, AlterConfigsResponse,
@@ -46,21 +48,57 @@ struct Described {
     source: i8,
     read_only: bool,
     doc: String,
+    /// Where a value for it is set, highest precedence first (the first is
+    /// the one in force): (name, value, source).
+    synonyms: Vec<(String, String, i8)>,
 }
 
 impl Described {
-    fn into_result(self, documentation: bool) -> DescribeConfigsResourceResult {
-        let result = DescribeConfigsResourceResult::default()
+    fn into_result(self, documentation: bool, synonyms: bool) -> DescribeConfigsResourceResult {
+        let mut result = DescribeConfigsResourceResult::default()
             .with_name(str_bytes(self.name))
             .with_value(self.value.map(str_bytes))
             .with_config_source(self.source)
             .with_read_only(self.read_only);
         if documentation {
-            result.with_documentation(Some(str_bytes(self.doc)))
-        } else {
-            result
+            result.documentation = Some(str_bytes(self.doc));
         }
+        if synonyms {
+            result.synonyms = self
+                .synonyms
+                .into_iter()
+                .map(|(name, value, source)| {
+                    DescribeConfigsSynonym::default()
+                        .with_name(str_bytes(name))
+                        .with_value(Some(str_bytes(value)))
+                        .with_source(source)
+                })
+                .collect();
+        }
+        result
     }
+}
+
+/// Every level that sets broker setting `key` for broker `broker_id`,
+/// highest precedence first, as Kafka lists a config's synonyms: that
+/// broker's dynamic config, the cluster-wide dynamic default, the node's
+/// file or flags, the default.
+fn broker_synonyms(ctx: &NodeContext, image: &MetadataImage, broker_id: i32, key: &str) -> Vec<(String, String, i8)> {
+    let def = broker_def(key);
+    let dynamic = def.is_some_and(|d| d.dynamic);
+    let mut out = Vec::new();
+    let mut add = |value: Option<String>, source: i8| {
+        if let Some(v) = value {
+            out.push((key.to_string(), v, source));
+        }
+    };
+    if dynamic {
+        add(image.per_broker_configs.get(&broker_id).and_then(|c| c.get(key)).cloned(), DYNAMIC_BROKER_CONFIG);
+        add(image.broker_configs.get(key).cloned(), DYNAMIC_DEFAULT_BROKER_CONFIG);
+    }
+    add(ctx.settings.is_explicit(key).then(|| ctx.settings.get(key)).flatten(), STATIC_BROKER_CONFIG);
+    add(def.and_then(|d| d.default.map(str::to_string)), DEFAULT_CONFIG);
+    out
 }
 
 /// Where a broker setting's value comes from on broker `broker_id`.
@@ -93,14 +131,25 @@ fn describe_topic(ctx: &NodeContext, image: &MetadataImage, name: &str) -> Resul
                 Some(Effect::Ignored(why)) => format!("Accepted and stored, not used: {why}."),
                 _ => config.and_then(|c| c.setting()).map_or_else(String::new, |d| d.doc.to_string()),
             };
-            Described { name: key, value: Some(value), source, read_only: false, doc }
+            let mut synonyms: Vec<(String, String, i8)> =
+                topic.configs.get(&key).map(|v| (key.clone(), v.clone(), DYNAMIC_TOPIC_CONFIG)).into_iter().collect();
+            match config.and_then(|c| c.synonym()) {
+                Some(broker) => synonyms.extend(broker_synonyms(ctx, image, ctx.broker_id, broker)),
+                None => synonyms.extend(
+                    config
+                        .and_then(|c| c.setting())
+                        .and_then(|d| d.default)
+                        .map(|v| (key.clone(), v.to_string(), DEFAULT_CONFIG)),
+                ),
+            }
+            Described { name: key, value: Some(value), source, read_only: false, doc, synonyms }
         })
         .collect())
 }
 
 fn describe_broker(ctx: &NodeContext, image: &MetadataImage, name: &str) -> Result<Vec<Described>, ApiError> {
     let dynamic = &image.broker_configs;
-    let described = |key: &str, value: String, source: i8| {
+    let described = |key: &str, value: String, source: i8, synonyms: Vec<(String, String, i8)>| {
         let def = broker_def(key);
         Described {
             name: key.to_string(),
@@ -108,6 +157,7 @@ fn describe_broker(ctx: &NodeContext, image: &MetadataImage, name: &str) -> Resu
             source,
             read_only: !def.is_some_and(|d| d.dynamic),
             doc: def.map_or_else(String::new, |d| d.doc.to_string()),
+            synonyms,
         }
     };
     if name.is_empty() {
@@ -115,14 +165,20 @@ fn describe_broker(ctx: &NodeContext, image: &MetadataImage, name: &str) -> Resu
         return Ok(dynamic
             .iter()
             .filter(|(k, _)| broker_def(k).is_some_and(|d| d.dynamic))
-            .map(|(k, v)| described(k, v.clone(), DYNAMIC_DEFAULT_BROKER_CONFIG))
+            .map(|(k, v)| {
+                let synonyms = vec![(k.clone(), v.clone(), DYNAMIC_DEFAULT_BROKER_CONFIG)];
+                described(k, v.clone(), DYNAMIC_DEFAULT_BROKER_CONFIG, synonyms)
+            })
             .collect());
     }
     let id = broker_id(name)?;
     let settings = ctx.settings.for_broker(image, id);
     Ok(BROKER_SETTINGS
         .iter()
-        .filter_map(|d| settings.get(d.name).map(|v| described(d.name, v, broker_source(ctx, image, id, d.name))))
+        .filter_map(|d| {
+            let synonyms = broker_synonyms(ctx, image, id, d.name);
+            settings.get(d.name).map(|v| described(d.name, v, broker_source(ctx, image, id, d.name), synonyms))
+        })
         .collect())
 }
 
@@ -157,7 +213,7 @@ fn config_access(
 
 pub fn describe(ctx: &NodeContext, request: DescribeConfigsRequest, client: &Client) -> DescribeConfigsResponse {
     let image = ctx.quorum.image();
-    let documentation = request.include_documentation;
+    let (documentation, synonyms) = (request.include_documentation, request.include_synonyms);
     let results = request
         .resources
         .into_iter()
@@ -181,7 +237,7 @@ pub fn describe(ctx: &NodeContext, request: DescribeConfigsRequest, client: &Cli
                     if let Some(keys) = &r.configuration_keys {
                         configs.retain(|c| keys.iter().any(|k| k.as_str() == c.name));
                     }
-                    out.configs = configs.into_iter().map(|c| c.into_result(documentation)).collect();
+                    out.configs = configs.into_iter().map(|c| c.into_result(documentation, synonyms)).collect();
                 }
                 Err(e) => (out.error_code, out.error_message) = api_error(&e),
             }
