@@ -253,6 +253,14 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "bytes/s a replica a reassignment adds fetches (Long.MAX: unlimited)",
     )
     .dynamic(),
+    // kafka-reassign-partitions --verify deletes it with the two rates above.
+    def(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        Some(LONG_MAX_TEXT),
+        int(0, I64_MAX),
+        "accepted, not used: Strom has one log directory per broker, so nothing moves between them",
+    )
+    .dynamic(),
     def(
         "storage.min.free.bytes",
         Some("67108864"),

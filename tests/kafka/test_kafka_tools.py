@@ -1,6 +1,7 @@
 """Kafka's own command-line tools (kafka-tools 4.4, run with `java -cp`, as
 bin/kafka-*.sh would run them) against a real cluster: kafka-topics, the console producer
-and consumer, kafka-consumer-groups, kafka-configs, kafka-acls and the perf tests. The
+and consumer, kafka-consumer-groups, kafka-configs, kafka-acls, kafka-reassign-partitions,
+kafka-leader-election, kafka-metadata-quorum and the perf tests. The
 cluster has Kafka's authorizer on; the PLAINTEXT listener's ANONYMOUS is a super user, so
 the tools need no credentials, and alice (SCRAM, on a SASL_PLAINTEXT listener) checks
 that ACLs written by kafka-acls take effect."""
@@ -18,7 +19,9 @@ from test_java_client import LIB
 PASSWORD = "pw-tools"
 SETTINGS = harness.FAST + (
     "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-    "super.users=User:ANONYMOUS", "connection.failed.authentication.delay.ms=20")
+    "super.users=User:ANONYMOUS", "connection.failed.authentication.delay.ms=20",
+    # Leaders stay where the tools put them (no preferred elections of Strom's own).
+    "balancer.mode=off", "auto.leader.rebalance.enable=false")
 
 
 @pytest.fixture(scope="module")
@@ -210,3 +213,55 @@ def test_perf_tools(tools_cluster):
     # start, end, MB, MB/s, records, ...
     row = out.strip().splitlines()[-1].split(", ")
     assert int(row[4]) >= 20000, out
+
+
+def test_reassign_partitions_and_leader_election(tools_cluster):
+    c, b = tools_cluster, tools_cluster.bootstrap
+    topic = new_topic("move")
+    c.create_topic(topic, partitions=1, rf=2)
+    c.wait_topic(topic, 1)
+    replicas = c.topic(topic)["partitions"][0]["replicas"]
+    leader = c.leaders(topic)[0]
+    spare = next(n for n in (1, 2, 3) if n not in replicas)
+    # The move replaces the follower with the spare broker, first in the list: the leader
+    # stays (the target keeps it), and the spare becomes the preferred leader.
+    target = [spare, leader]
+    path = os.path.join(c.dir, f"{topic}.json")
+    with open(path, "w") as f:
+        f.write('{"version":1,"partitions":[{"topic":"%s","partition":0,"replicas":[%d,%d]}]}' % (topic, *target))
+    out = tool("reassign.ReassignPartitionsCommand", "--bootstrap-server", b, "--reassignment-json-file", path,
+               "--execute", "--throttle", "50000000")
+    assert f"Successfully started partition reassignment for {topic}-0" in out, out
+    assert "The inter-broker throttle limit was set to 50000000 B/s" in out, out
+
+    def verified():
+        out = tool("reassign.ReassignPartitionsCommand", "--bootstrap-server", b, "--reassignment-json-file", path,
+                   "--verify")
+        return out if f"Reassignment of partition {topic}-0 is completed." in out else None
+
+    out = harness.wait_for("the move to complete", 60, verified)
+    assert "Clearing broker-level throttles on brokers 1,2,3" in out, out
+    assert "throttled" not in tool("ConfigCommand", "--bootstrap-server", b, "--entity-type", "brokers",
+                                   "--entity-name", "1", "--describe")
+    p = c.topic(topic)["partitions"][0]
+    assert (p["replicas"], p["leader"]) == (target, leader), p
+
+    elect = ("LeaderElectionCommand", "--bootstrap-server", b, "--election-type", "preferred", "--topic", topic,
+             "--partition", "0")
+    out = tool(*elect)
+    assert f"Successfully completed leader election (PREFERRED) for partitions {topic}-0" in out, out
+    harness.wait_for("the preferred replica to lead", 30, lambda: c.leaders(topic)[0] == spare)
+    assert f"Valid replica already elected for partitions {topic}-0" in tool(*elect)
+
+
+def test_metadata_quorum(tools_cluster):
+    c, b = tools_cluster, tools_cluster.bootstrap
+    controller = c.cluster_view(1)["controller_id"]
+    out = tool("MetadataQuorumCommand", "--bootstrap-server", b, "describe", "--status")
+    assert re.search(rf"^LeaderId:\s+{controller}$", out, re.M), out
+    voters = re.search(r"^CurrentVoters:\s+(.*)$", out, re.M).group(1)
+    assert sorted(int(i) for i in re.findall(r'"id": (\d+)', voters)) == [1, 2, 3], out
+    out = tool("MetadataQuorumCommand", "--bootstrap-server", b, "describe", "--replication")
+    rows = re.findall(r"^(\d+)\s+\S+\s+(\d+)\s+(\d+)\s+\S+\s+\S+\s+(Leader|Follower)", out, re.M)
+    assert sorted((int(n), status) for n, _, _, status in rows) == sorted(
+        (n, "Leader" if n == controller else "Follower") for n in (1, 2, 3)), out
