@@ -29,7 +29,7 @@
 //! other client using its id gets FETCH_SESSION_ID_NOT_FOUND, and cannot
 //! close it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -149,9 +149,10 @@ impl Session {
         }
     }
 
-    fn forget(&mut self, topic: &TopicName, partition: i32) {
-        if self.index.remove(&(topic.clone(), partition)).is_some() {
-            self.partitions.retain(|c| !(c.topic == *topic && c.want.partition == partition));
+    /// Drops `gone` (topic, partition) pairs, in one pass however many.
+    fn forget(&mut self, gone: &HashSet<(TopicName, i32)>) {
+        if gone.iter().any(|k| self.index.contains_key(k)) {
+            self.partitions.retain(|c| !gone.contains(&(c.topic.clone(), c.want.partition)));
             self.reindex();
         }
     }
@@ -266,9 +267,12 @@ impl FetchSessionCache {
         for (topic, wants) in wanted(request) {
             wants.into_iter().for_each(|w| session.upsert(&topic, w));
         }
-        for f in &request.forgotten_topics_data {
-            f.partitions.iter().for_each(|p| session.forget(&f.topic, *p));
-        }
+        let gone: HashSet<(TopicName, i32)> = request
+            .forgotten_topics_data
+            .iter()
+            .flat_map(|f| f.partitions.iter().map(|p| (f.topic.clone(), *p)))
+            .collect();
+        session.forget(&gone);
         Ok((Kind::Incremental { session_id: id }, session.plan()))
     }
 
@@ -328,7 +332,7 @@ impl FetchSessionCache {
         }
         topics.retain(|t| !t.partitions.is_empty());
         if !sent_records.is_empty() {
-            let moved: std::collections::HashSet<(TopicName, i32)> = sent_records.into_iter().collect();
+            let moved: HashSet<(TopicName, i32)> = sent_records.into_iter().collect();
             let (mut stay, to_end): (Vec<Cached>, Vec<Cached>) = std::mem::take(&mut session.partitions)
                 .into_iter()
                 .partition(|c| !moved.contains(&(c.topic.clone(), c.want.partition)));

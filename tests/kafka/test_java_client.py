@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 import harness
+import wire
 from test_fetch_sessions import session_metrics, sessions_opened
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -71,14 +72,25 @@ def test_java_producer_and_group_consumer(java, cluster3):
 
 
 def test_java_consumer_across_a_leader_kill(java, make_cluster):
-    """A consumer reads half, the leader of partition 0 is killed, the rest is produced to
-    the new leaders, and the same consumer (its sessions on the dead broker gone) reads it."""
+    """A consumer reads half, a partition leader is killed, the rest is produced to the new
+    leaders, and the same consumer (its session on the dead broker gone) reads it."""
     c = make_cluster(3, settings=harness.FAST)
     topic = f"java-kill-{uuid.uuid4().hex[:8]}"
     c.create_topic(topic, partitions=3, rf=3, configs={"min.insync.replicas": "2"})
     c.wait_topic(topic, 3)
     produced = run_java(java, "produce", c.bootstrap, topic, "1000")
-    cmd = java_cmd(java, ["consume", c.bootstrap, topic, f"g-{topic}", "2000", "150"])
+    # The victim leads a partition but is not the group's coordinator: the group stays as it
+    # is (a coordinator's death could make the member rejoin and, with nothing committed yet,
+    # read again from the start, which is Kafka's at-least-once and not what this checks).
+    group = f"g-{topic}"
+
+    def find():
+        err, node, _, _ = wire.find_coordinator(c.node(1).kafka_addr, group)
+        return node if err == 0 else None
+
+    coordinator = harness.wait_for("the group's coordinator", 30, find)
+    victim = next(leader for _, leader in sorted(c.leaders(topic).items()) if leader != coordinator)
+    cmd = java_cmd(java, ["consume", c.bootstrap, topic, group, "2000", "150"])
     errors = tempfile.TemporaryFile(mode="w+")
     consumer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True)
 
@@ -93,11 +105,10 @@ def test_java_consumer_across_a_leader_kill(java, make_cluster):
             assert line, f"consumer ended early:\n{stderr_tail()}"
             partition, offset, value = line.rstrip("\n").split(" ", 2)
             consumed.append((int(partition), int(offset), value))
-        victim = c.leaders(topic)[0]
         c.kill(victim)
         survivor = next(n for n in (1, 2, 3) if n != victim)
-        harness.wait_for("partition 0 led by a live broker", 30,
-                         lambda: c.leaders(topic, via=survivor).get(0) not in (None, victim))
+        harness.wait_for("every partition led by a live broker", 30,
+                         lambda: all(l not in (None, victim) for l in c.leaders(topic, via=survivor).values()))
         bootstrap = ",".join(c.node(n).kafka for n in c.running())
         produced += run_java(java, "produce", bootstrap, topic, "1000", jvm=["-Dstrom.first=1000"])
         out, _ = consumer.communicate(timeout=150)
