@@ -16,6 +16,7 @@ Exit status: 0 when no test failed except those listed in KNOWN_FAILURES, 1 othe
 import argparse
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,10 @@ def main():
         print(p.stderr[-5000:], file=sys.stderr)
     print(f"== {sum(o == 'PASS' for o in results.values())} passed, {len(failed)} failed, "
           f"{sum(o == 'SKIP' for o in results.values())} skipped in {elapsed:.0f} s", flush=True)
+    if failed:
+        print(f"== the nodes' data and logs are kept in {directory}", flush=True)
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
     if args.ledger:
         with open(args.ledger, "w") as f:
             f.write(ledger(results, elapsed, args))
