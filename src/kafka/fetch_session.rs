@@ -102,7 +102,7 @@ impl Cached {
 
     /// Whether an incremental answer must carry `data`; remembers what it says.
     fn must_respond(&mut self, data: &PartitionData) -> bool {
-        let mut must = data.records.as_ref().is_some_and(|r| !r.is_empty());
+        let mut must = has_records(data);
         for (cached, now) in [
             (&mut self.high_watermark, data.high_watermark),
             (&mut self.last_stable_offset, data.last_stable_offset),
@@ -120,6 +120,10 @@ impl Cached {
         }
         must
     }
+}
+
+fn has_records(data: &PartitionData) -> bool {
+    data.records.as_ref().is_some_and(|r| !r.is_empty())
 }
 
 #[derive(Debug)]
@@ -233,6 +237,10 @@ impl FetchSessionCache {
     /// used up here, so a request sent twice gets INVALID_FETCH_SESSION_EPOCH.
     pub fn begin(&self, request: &FetchRequest, owner: &Owner, now_ms: u64) -> Result<(Kind, Plan), ResponseError> {
         let (id, epoch) = (request.session_id, request.session_epoch);
+        if id == 0 && epoch == FINAL_EPOCH {
+            // No session asked for (librdkafka, fetches before v7): no lock taken.
+            return Ok((Kind::Sessionless, wanted(request)));
+        }
         let mut sessions = self.lock();
         if epoch == FINAL_EPOCH || epoch == INITIAL_EPOCH {
             // A full fetch: it closes the session it names, if that is the caller's.
@@ -317,27 +325,23 @@ impl FetchSessionCache {
         let mut sessions = self.lock();
         let Some(session) = sessions.get_mut(&session_id) else { return };
         let incremental = matches!(kind, Kind::Incremental { .. });
-        let mut sent_records: Vec<(TopicName, i32)> = Vec::new();
+        // Which of the session's partitions returned records, by position.
+        let mut sent_records = vec![false; session.partitions.len()];
         for topic in topics.iter_mut() {
             topic.partitions.retain(|data| {
                 let Some(&i) = session.index.get(&(topic.topic.clone(), data.partition_index)) else {
                     return !incremental;
                 };
-                let must = session.partitions[i].must_respond(data);
-                if data.records.as_ref().is_some_and(|r| !r.is_empty()) {
-                    sent_records.push((topic.topic.clone(), data.partition_index));
-                }
-                must || !incremental
+                sent_records[i] = has_records(data);
+                session.partitions[i].must_respond(data) || !incremental
             });
         }
         topics.retain(|t| !t.partitions.is_empty());
-        if !sent_records.is_empty() {
-            let moved: HashSet<(TopicName, i32)> = sent_records.into_iter().collect();
-            let (mut stay, to_end): (Vec<Cached>, Vec<Cached>) = std::mem::take(&mut session.partitions)
-                .into_iter()
-                .partition(|c| !moved.contains(&(c.topic.clone(), c.want.partition)));
+        if sent_records.contains(&true) {
+            let (mut stay, to_end): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut session.partitions).into_iter().zip(sent_records).partition(|(_, sent)| !sent);
             stay.extend(to_end);
-            session.partitions = stay;
+            session.partitions = stay.into_iter().map(|(c, _)| c).collect();
             session.reindex();
         }
     }

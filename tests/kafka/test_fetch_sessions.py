@@ -54,18 +54,22 @@ def produce(addr, topic, partition, n=1):
     return base + n
 
 
-def session_metrics(cluster, nid, kind="consumer"):
-    """(sessions, partitions in them) a node holds for consumers or followers."""
+def fetch_session_metrics(cluster, nid, kind="consumer"):
+    """A node's fetch-session metrics of consumers or followers: {name: value}."""
     status, text = cluster.get(nid, "/metrics")
     assert status == 200, text
-    found = dict(re.findall(r'^(strom_fetch_session\w*)\{kind="%s"\} (\d+)$' % kind, text, re.M))
-    return int(found["strom_fetch_sessions"]), int(found["strom_fetch_session_partitions"])
+    pattern = r'^(strom_fetch_session\w*)\{kind="%s"\} (\d+)$' % kind
+    return {name: int(v) for name, v in re.findall(pattern, text, re.M)}
+
+
+def session_metrics(cluster, nid, kind="consumer"):
+    """(sessions, partitions in them) a node holds for consumers or followers."""
+    m = fetch_session_metrics(cluster, nid, kind)
+    return m["strom_fetch_sessions"], m["strom_fetch_session_partitions"]
 
 
 def sessions_opened(cluster, nid, kind="consumer"):
-    status, text = cluster.get(nid, "/metrics")
-    assert status == 200, text
-    return int(re.search(r'^strom_fetch_sessions_opened_total\{kind="%s"\} (\d+)$' % kind, text, re.M).group(1))
+    return fetch_session_metrics(cluster, nid, kind)["strom_fetch_sessions_opened_total"]
 
 
 def test_an_incremental_session_by_hand(cluster):

@@ -3,7 +3,6 @@ real cluster: an idempotent acks=all producer, and a consumer group whose member
 through incremental fetch sessions (KIP-227) and get every record exactly once, also
 across a leader's SIGKILL."""
 import os
-import shutil
 import subprocess
 import tempfile
 import uuid
@@ -11,30 +10,22 @@ import uuid
 import pytest
 
 import harness
+import jvm
 import wire
 from test_fetch_sessions import session_metrics, sessions_opened
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-LIB = os.path.join(REPO, "target", "jvm", "lib")
-SOURCE = os.path.join(REPO, "tests", "jvm", "StromClient.java")
+SOURCE = os.path.join(jvm.REPO, "tests", "jvm", "StromClient.java")
 
 
 @pytest.fixture(scope="module")
 def java():
-    if shutil.which("java") is None:
-        pytest.skip("no java on PATH (tests/setup_jvm.sh sets up the Java client where a JDK and Maven are)")
-    assert os.path.isdir(LIB), f"{LIB} is missing: run tests/setup_jvm.sh"
-    return shutil.which("java")
+    jvm.require()
 
 
-def java_cmd(java, args, jvm=()):
-    return [java, "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", *jvm, "-cp", os.path.join(LIB, "*"), SOURCE,
-            *args]
-
-
-def run_java(java, *args, jvm=(), timeout=180):
+def run_java(java, *args, jvm_args=(), timeout=180):
     """Runs StromClient.java with args; returns its stdout lines as (partition, offset, value)."""
-    p = subprocess.run(java_cmd(java, args, jvm), capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(jvm.command(SOURCE, *args, jvm_args=jvm_args), capture_output=True, text=True,
+                       timeout=timeout)
     assert p.returncode == 0, f"{args[0]} exited {p.returncode}:\n{p.stderr[-4000:]}"
     rows = []
     for line in p.stdout.splitlines():
@@ -90,7 +81,7 @@ def test_java_consumer_across_a_leader_kill(java, make_cluster):
 
     coordinator = harness.wait_for("the group's coordinator", 30, find)
     victim = next(leader for _, leader in sorted(c.leaders(topic).items()) if leader != coordinator)
-    cmd = java_cmd(java, ["consume", c.bootstrap, topic, group, "2000", "150"])
+    cmd = jvm.command(SOURCE, "consume", c.bootstrap, topic, group, "2000", "150")
     errors = tempfile.TemporaryFile(mode="w+")
     consumer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errors, text=True)
 
@@ -110,7 +101,7 @@ def test_java_consumer_across_a_leader_kill(java, make_cluster):
         harness.wait_for("every partition led by a live broker", 30,
                          lambda: all(l not in (None, victim) for l in c.leaders(topic, via=survivor).values()))
         bootstrap = ",".join(c.node(n).kafka for n in c.running())
-        produced += run_java(java, "produce", bootstrap, topic, "1000", jvm=["-Dstrom.first=1000"])
+        produced += run_java(java, "produce", bootstrap, topic, "1000", jvm_args=["-Dstrom.first=1000"])
         out, _ = consumer.communicate(timeout=150)
         assert consumer.returncode == 0, f"consumer exited {consumer.returncode}:\n{stderr_tail()}"
         for line in out.splitlines():

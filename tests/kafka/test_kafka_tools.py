@@ -14,7 +14,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 import harness
-from test_java_client import LIB
+import jvm
 
 PASSWORD = "pw-tools"
 SETTINGS = harness.FAST + (
@@ -26,11 +26,7 @@ SETTINGS = harness.FAST + (
 
 @pytest.fixture(scope="module")
 def tools_cluster(tmp_path_factory):
-    if not os.path.isdir(LIB):
-        import shutil
-        if shutil.which("java") is None:
-            pytest.skip("no java on PATH (tests/setup_jvm.sh sets up Kafka's tools where a JDK and Maven are)")
-        raise AssertionError(f"{LIB} is missing: run tests/setup_jvm.sh")
+    jvm.require()
     c = harness.start(tmp_path_factory.mktemp("strom"), 3, SETTINGS, listeners=("SASL_PLAINTEXT",))
     try:
         status, body = c.send(1, "POST", "/v1/users", {"name": "alice", "password": PASSWORD})
@@ -43,9 +39,7 @@ def tools_cluster(tmp_path_factory):
 def tool(cls, *args, stdin=None, timeout=120, ok=True):
     """Runs org.apache.kafka.tools.<cls> with args; its stdout (and, when ok=False, its
     exit code and stderr too)."""
-    cmd = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", os.path.join(LIB, "*"),
-           f"org.apache.kafka.tools.{cls}", *args]
-    p = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(jvm.command(f"org.apache.kafka.tools.{cls}", *args), input=stdin, capture_output=True, text=True, timeout=timeout)
     if not ok:
         return p.returncode, p.stdout, p.stderr
     assert p.returncode == 0, f"{cls} {' '.join(args)} exited {p.returncode}:\n{p.stdout[-2000:]}\n{p.stderr[-4000:]}"

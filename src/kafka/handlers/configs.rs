@@ -45,20 +45,20 @@ const SUBTRACT: i8 = 3;
 struct Described {
     name: String,
     value: Option<String>,
-    source: i8,
     read_only: bool,
     doc: String,
-    /// Where a value for it is set, highest precedence first (the first is
-    /// the one in force): (name, value, source).
+    /// Where a value for it is set, highest precedence first: (name, value,
+    /// source). The first is the one in force, and gives the config's source.
     synonyms: Vec<(String, String, i8)>,
 }
 
 impl Described {
     fn into_result(self, documentation: bool, synonyms: bool) -> DescribeConfigsResourceResult {
+        let source = self.synonyms.first().map_or(DEFAULT_CONFIG, |s| s.2);
         let mut result = DescribeConfigsResourceResult::default()
             .with_name(str_bytes(self.name))
             .with_value(self.value.map(str_bytes))
-            .with_config_source(self.source)
+            .with_config_source(source)
             .with_read_only(self.read_only);
         if documentation {
             result.documentation = Some(str_bytes(self.doc));
@@ -101,20 +101,6 @@ fn broker_synonyms(ctx: &NodeContext, image: &MetadataImage, broker_id: i32, key
     out
 }
 
-/// Where a broker setting's value comes from on broker `broker_id`.
-fn broker_source(ctx: &NodeContext, image: &MetadataImage, broker_id: i32, key: &str) -> i8 {
-    let dynamic = broker_def(key).is_some_and(|d| d.dynamic);
-    if dynamic && image.per_broker_configs.get(&broker_id).is_some_and(|c| c.contains_key(key)) {
-        DYNAMIC_BROKER_CONFIG
-    } else if dynamic && image.broker_configs.contains_key(key) {
-        DYNAMIC_DEFAULT_BROKER_CONFIG
-    } else if ctx.settings.is_explicit(key) {
-        STATIC_BROKER_CONFIG
-    } else {
-        DEFAULT_CONFIG
-    }
-}
-
 fn describe_topic(ctx: &NodeContext, image: &MetadataImage, name: &str) -> Result<Vec<Described>, ApiError> {
     let topic = image.topics.get(name).ok_or_else(|| unknown_topic(name))?;
     let effective = ctx.settings.for_broker(image, ctx.broker_id).topic_effective(&topic.configs);
@@ -122,11 +108,6 @@ fn describe_topic(ctx: &NodeContext, image: &MetadataImage, name: &str) -> Resul
         .into_iter()
         .map(|(key, value)| {
             let config = topic_config(&key);
-            let source = if topic.configs.contains_key(&key) {
-                DYNAMIC_TOPIC_CONFIG
-            } else {
-                config.and_then(|c| c.synonym()).map_or(DEFAULT_CONFIG, |b| broker_source(ctx, image, ctx.broker_id, b))
-            };
             let doc = match config.map(|c| c.effect) {
                 Some(Effect::Ignored(why)) => format!("Accepted and stored, not used: {why}."),
                 _ => config.and_then(|c| c.setting()).map_or_else(String::new, |d| d.doc.to_string()),
@@ -142,19 +123,18 @@ fn describe_topic(ctx: &NodeContext, image: &MetadataImage, name: &str) -> Resul
                         .map(|v| (key.clone(), v.to_string(), DEFAULT_CONFIG)),
                 ),
             }
-            Described { name: key, value: Some(value), source, read_only: false, doc, synonyms }
+            Described { name: key, value: Some(value), read_only: false, doc, synonyms }
         })
         .collect())
 }
 
 fn describe_broker(ctx: &NodeContext, image: &MetadataImage, name: &str) -> Result<Vec<Described>, ApiError> {
     let dynamic = &image.broker_configs;
-    let described = |key: &str, value: String, source: i8, synonyms: Vec<(String, String, i8)>| {
+    let described = |key: &str, value: String, synonyms: Vec<(String, String, i8)>| {
         let def = broker_def(key);
         Described {
             name: key.to_string(),
             value: Some(value),
-            source,
             read_only: !def.is_some_and(|d| d.dynamic),
             doc: def.map_or_else(String::new, |d| d.doc.to_string()),
             synonyms,
@@ -165,20 +145,14 @@ fn describe_broker(ctx: &NodeContext, image: &MetadataImage, name: &str) -> Resu
         return Ok(dynamic
             .iter()
             .filter(|(k, _)| broker_def(k).is_some_and(|d| d.dynamic))
-            .map(|(k, v)| {
-                let synonyms = vec![(k.clone(), v.clone(), DYNAMIC_DEFAULT_BROKER_CONFIG)];
-                described(k, v.clone(), DYNAMIC_DEFAULT_BROKER_CONFIG, synonyms)
-            })
+            .map(|(k, v)| described(k, v.clone(), vec![(k.clone(), v.clone(), DYNAMIC_DEFAULT_BROKER_CONFIG)]))
             .collect());
     }
     let id = broker_id(name)?;
     let settings = ctx.settings.for_broker(image, id);
     Ok(BROKER_SETTINGS
         .iter()
-        .filter_map(|d| {
-            let synonyms = broker_synonyms(ctx, image, id, d.name);
-            settings.get(d.name).map(|v| described(d.name, v, broker_source(ctx, image, id, d.name), synonyms))
-        })
+        .filter_map(|d| settings.get(d.name).map(|v| described(d.name, v, broker_synonyms(ctx, image, id, d.name))))
         .collect())
 }
 
