@@ -199,6 +199,7 @@ impl FetcherManager {
         parts: &[Arc<Partition>],
     ) -> Result<(), super::client::ClientError> {
         let mut topics: BTreeMap<String, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
+        let mut asked: HashMap<Key, &Arc<Partition>> = HashMap::new();
         for p in parts {
             let Some(pos) = p.follower_position().filter(|pos| pos.needs_truncation) else { continue };
             match pos.latest_local_epoch {
@@ -206,12 +207,15 @@ impl FetcherManager {
                 None => {
                     let _ = p.truncate_for_epoch(pos.leader_epoch, pos.log_end_offset);
                 }
-                Some(epoch) => topics.entry(p.topic.clone()).or_default().push(
-                    OffsetForLeaderPartition::default()
-                        .with_partition(p.index)
-                        .with_current_leader_epoch(pos.leader_epoch)
-                        .with_leader_epoch(epoch),
-                ),
+                Some(epoch) => {
+                    asked.insert((p.topic.clone(), p.index), p);
+                    topics.entry(p.topic.clone()).or_default().push(
+                        OffsetForLeaderPartition::default()
+                            .with_partition(p.index)
+                            .with_current_leader_epoch(pos.leader_epoch)
+                            .with_leader_epoch(epoch),
+                    )
+                }
             }
         }
         if topics.is_empty() {
@@ -228,7 +232,12 @@ impl FetcherManager {
         let response = conn.send(&request, EPOCH_VERSION, Duration::from_secs(5)).await?;
         for t in response.topics {
             for r in t.partitions {
-                let Some(p) = self.replicas.get(t.topic.0.as_str(), r.partition) else { continue };
+                let key = (t.topic.0.to_string(), r.partition);
+                let Some(p) = asked.get(&key) else { continue };
+                // Removed (and perhaps added back) since the question.
+                if !self.replicas.get(&key.0, key.1).is_some_and(|current| Arc::ptr_eq(&current, p)) {
+                    continue;
+                }
                 let Some(pos) = p.follower_position() else { continue };
                 if r.error_code != 0 {
                     tracing::debug!(topic = %p.topic, partition = p.index, code = r.error_code, "epoch lookup refused");
@@ -255,7 +264,8 @@ impl FetcherManager {
             return Ok(());
         }
         let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
-        let mut epochs: HashMap<Key, i32> = HashMap::new();
+        // The replica each partition's request was made for, and its epoch.
+        let mut asked: HashMap<Key, (Arc<Partition>, i32)> = HashMap::new();
         // Partitions a reassignment adds here and that are not in sync yet
         // fetch within `follower.replication.throttled.rate`.
         let image = self.quorum.image();
@@ -277,7 +287,7 @@ impl FetcherManager {
                 }
                 throttled.push((p.topic.clone(), p.index));
             }
-            epochs.insert((p.topic.clone(), p.index), pos.leader_epoch);
+            asked.insert((p.topic.clone(), p.index), (p.clone(), pos.leader_epoch));
             topics.entry(p.topic.clone()).or_default().push(
                 FetchPartition::default()
                     .with_partition(p.index)
@@ -327,7 +337,12 @@ impl FetcherManager {
         for t in response.responses {
             for r in t.partitions {
                 let key = (t.topic.0.to_string(), r.partition_index);
-                let (Some(p), Some(epoch)) = (self.replicas.get(&key.0, key.1), epochs.get(&key)) else { continue };
+                let Some((p, epoch)) = asked.get(&key) else { continue };
+                // Removed while the request waited, and perhaps added back
+                // with a new, empty log: the answer is for the old one.
+                if !self.replicas.get(&key.0, key.1).is_some_and(|current| Arc::ptr_eq(&current, p)) {
+                    continue;
+                }
                 let outcome = match ResponseError::try_from_code(r.error_code) {
                     None => {
                         let mut records = r.records.unwrap_or_default();

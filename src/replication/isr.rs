@@ -7,6 +7,14 @@
 //! controller, checked against leader and partition epochs).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A number that grows with every call, process-wide: orders a follower's
+/// fetch requests against the starts of its progress records.
+pub fn stamp() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// What the leader knows of one follower, from its fetches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,12 +24,22 @@ pub struct FollowerProgress {
     pub last_fetch_ms: i64,
     /// The leader's log end offset when this follower last fetched.
     pub leader_end_at_last_fetch: i64,
+    /// When this record began (a [`stamp`]). A fetch request received before
+    /// it was sent for a replica since removed (and its log deleted): its
+    /// position says nothing about the log the replica holds now.
+    pub since: u64,
 }
 
 impl FollowerProgress {
     /// A follower the leader has not heard from yet, given a grace period from `now_ms`.
     pub fn new(now_ms: i64) -> Self {
-        Self { log_end_offset: -1, last_caught_up_ms: now_ms, last_fetch_ms: now_ms, leader_end_at_last_fetch: -1 }
+        Self {
+            log_end_offset: -1,
+            last_caught_up_ms: now_ms,
+            last_fetch_ms: now_ms,
+            leader_end_at_last_fetch: -1,
+            since: stamp(),
+        }
     }
 
     /// Records a fetch at `fetch_offset` while the leader's log ends at `leader_end`.
@@ -99,6 +117,7 @@ mod tests {
                         last_caught_up_ms: caught_up,
                         last_fetch_ms: caught_up,
                         leader_end_at_last_fetch: end,
+                        since: 0,
                     },
                 )
             })

@@ -120,6 +120,21 @@ pub struct ReadResult {
     pub joins_isr: bool,
 }
 
+/// A follower replica's fetch: its broker id, and when the leader received
+/// the request (a [`crate::replication::isr::stamp`], taken before its first read).
+#[derive(Debug, Clone, Copy)]
+pub struct ReplicaFetch {
+    pub id: i32,
+    pub received: u64,
+}
+
+impl ReplicaFetch {
+    /// A request from `id` received now.
+    pub fn now(id: i32) -> Self {
+        Self { id, received: super::isr::stamp() }
+    }
+}
+
 /// A follower's fetch position.
 #[derive(Debug, Clone, Copy)]
 pub struct FollowerPosition {
@@ -836,7 +851,7 @@ impl Partition {
     }
 
     /// Reads for a consumer (below the high watermark) or a follower
-    /// (`replica_id`, up to the log end, recording its progress). A first
+    /// (`replica`, up to the log end, recording its progress). A first
     /// batch larger than `max_bytes` is returned whole only with
     /// `min_one_batch` (KIP-74), else nothing is.
     pub fn read(
@@ -845,21 +860,34 @@ impl Partition {
         max_bytes: usize,
         min_one_batch: bool,
         current_leader_epoch: i32,
-        replica_id: Option<i32>,
+        replica: Option<ReplicaFetch>,
     ) -> Result<ReadResult, PartitionError> {
         let mut st = self.state();
         if !st.is_leader {
             return Err(PartitionError::NotLeader);
         }
         Self::check_epoch(&st, current_leader_epoch)?;
-        let join_at = join_offset(st.high_watermark, st.epoch_start_offset);
-        let joins_isr =
-            replica_id.is_some_and(|id| !st.isr.contains(&id) && st.replicas.contains(&id) && fetch_offset >= join_at);
-        let max_offset = match replica_id {
-            Some(id) => {
+        let mut joins_isr = false;
+        let max_offset = match replica {
+            Some(f) => {
                 let (end, now) = (st.log.log_end_offset(), mono_ms());
-                st.followers.entry(id).or_insert_with(|| FollowerProgress::new(now)).on_fetch(fetch_offset, end, now);
-                self.maybe_advance_high_watermark(&mut st);
+                let join_at = join_offset(st.high_watermark, st.epoch_start_offset);
+                // Only a replica's fetch counts, and only one received after
+                // its progress record began: a long-poll that was waiting
+                // when the replica was removed and added back (its log
+                // deleted and started again empty) carries the old position.
+                let counted = st.replicas.contains(&f.id)
+                    && st.followers.get_mut(&f.id).is_some_and(|p| {
+                        let counted = p.since < f.received;
+                        if counted {
+                            p.on_fetch(fetch_offset, end, now);
+                        }
+                        counted
+                    });
+                if counted {
+                    joins_isr = !st.isr.contains(&f.id) && fetch_offset >= join_at;
+                    self.maybe_advance_high_watermark(&mut st);
+                }
                 end
             }
             None => st.high_watermark,
@@ -1089,16 +1117,44 @@ mod tests {
         let p = Partition::open("t", 0, 1, log).expect("partition");
         p.become_leader(1, 1, &[1, 2, 3], &[1, 2, 3]);
         for follower in [2, 3] {
-            p.read(end, 1 << 20, true, 1, Some(follower)).expect("fetch");
+            p.read(end, 1 << 20, true, 1, Some(ReplicaFetch::now(follower))).expect("fetch");
         }
         assert_eq!(p.isr_proposal(10_000, |_| true), None);
         // The images this leader saw skip 3's removal: 3 is back, outside the ISR.
         p.become_leader(1, 3, &[1, 2], &[1, 2, 3]);
         assert_eq!(p.isr_proposal(10_000, |_| true), None, "3's position from before does not count");
-        let r = p.read(0, 1 << 20, true, 1, Some(3)).expect("fetch");
+        let r = p.read(0, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
         assert!(!r.joins_isr);
         assert_eq!(p.isr_proposal(10_000, |_| true), None, "3 holds nothing yet");
-        let r = p.read(end, 1 << 20, true, 1, Some(3)).expect("fetch");
+        let r = p.read(end, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        assert!(r.joins_isr);
+        assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn a_fetch_waiting_while_its_replica_left_and_came_back_does_not_count() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, 0).expect("open");
+        log.append_as_leader(&build_batch(3, 1_000, &[7u8; 40]), 1, 0).expect("append");
+        let end = log.log_end_offset();
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        p.become_leader(1, 1, &[1, 2, 3], &[1, 2, 3]);
+        // 3 long-polls at the log end, caught up...
+        let waiting = ReplicaFetch::now(3);
+        p.read(end, 1 << 20, true, 1, Some(waiting)).expect("fetch");
+        // ...while it is moved away (it deletes its log) and straight back.
+        p.become_leader(1, 2, &[1, 2], &[1, 2]);
+        let r = p.read(end, 1 << 20, true, 1, Some(waiting)).expect("fetch");
+        assert!(!r.joins_isr, "not a replica");
+        p.become_leader(1, 3, &[1, 2], &[1, 2, 3]);
+        // The long-poll wakes and reads again with the position 3 had before.
+        let r = p.read(end, 1 << 20, true, 1, Some(waiting)).expect("fetch");
+        assert!(!r.joins_isr, "3's log is empty now");
+        assert_eq!(p.isr_proposal(10_000, |_| true), None);
+        // 3's own fetches count again.
+        p.read(0, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        assert_eq!(p.isr_proposal(10_000, |_| true), None, "3 holds nothing yet");
+        let r = p.read(end, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
         assert!(r.joins_isr);
         assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
     }
@@ -1110,29 +1166,29 @@ mod tests {
         log.append_as_leader(&build_batch(3, 1_000, &[7u8; 40]), 1, 0).expect("append");
         let p = Partition::open("t", 0, 1, log).expect("partition");
         p.become_leader(1, 1, &[1, 2], &[1, 2, 3]);
-        p.read(3, 1 << 20, true, 1, Some(2)).expect("fetch");
+        p.read(3, 1 << 20, true, 1, Some(ReplicaFetch::now(2))).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 3);
-        p.read(3, 1 << 20, true, 1, Some(3)).expect("fetch");
+        p.read(3, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
         assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
         // The controller may commit 3 into the ISR before this leader hears of
         // it: an acknowledgement 3 does not hold could then be lost with it.
         p.append_as_leader(&build_batch(2, 2_000, &[8u8; 40]), true).expect("append");
-        p.read(5, 1 << 20, true, 1, Some(2)).expect("fetch");
+        p.read(5, 1 << 20, true, 1, Some(ReplicaFetch::now(2))).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 3, "3 is asked in and holds only 3 records");
-        p.read(4, 1 << 20, true, 1, Some(3)).expect("fetch");
+        p.read(4, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 4);
         // Refused: 3 stops counting.
         p.isr_change_refused(1);
         assert_eq!(p.offsets().high_watermark, 5);
         assert_eq!(p.isr_proposal(10_000, |_| true), None, "3 is behind the high watermark now");
         // Caught up, asked again and applied: 3 counts as a member.
-        p.read(5, 1 << 20, true, 1, Some(3)).expect("fetch");
+        p.read(5, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
         p.isr_proposal(10_000, |_| true).expect("asks again");
         p.become_leader(1, 2, &[1, 2, 3], &[1, 2, 3]);
         p.append_as_leader(&build_batch(1, 3_000, &[9u8; 40]), true).expect("append");
-        p.read(6, 1 << 20, true, 1, Some(2)).expect("fetch");
+        p.read(6, 1 << 20, true, 1, Some(ReplicaFetch::now(2))).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 5);
-        p.read(6, 1 << 20, true, 1, Some(3)).expect("fetch");
+        p.read(6, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 6);
     }
 
@@ -1172,7 +1228,7 @@ mod tests {
             other => panic!("expected OFFSET_NOT_AVAILABLE, got {other:?}"),
         }
         assert_eq!(partition_code(&p.offset_for(-2, -1)), 0, "earliest is answered");
-        p.read(end, 1 << 20, true, 2, Some(2)).expect("follower fetch");
+        p.read(end, 1 << 20, true, 2, Some(ReplicaFetch::now(2))).expect("follower fetch");
         assert_eq!(p.offset_for(-1, -1).expect("latest"), (-1, end));
     }
 
@@ -1240,7 +1296,7 @@ mod tests {
         let wait = Duration::from_secs(5);
         assert_eq!(p.wait_durable(3, r.leader_epoch, wait).await, DurableWait::Durable);
         assert_eq!(p.offsets().high_watermark, 0, "the follower has not fetched past it");
-        p.read(3, 1 << 20, true, 1, Some(2)).expect("follower fetch");
+        p.read(3, 1 << 20, true, 1, Some(ReplicaFetch::now(2))).expect("follower fetch");
         assert_eq!(p.wait_for_commit(r.last_offset, r.leader_epoch, wait).await, CommitWait::Committed);
         // Another epoch: the wait ends without the records counted durable.
         p.commit.lock().expect("lock").running = true;

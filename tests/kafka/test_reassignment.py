@@ -11,6 +11,7 @@ import threading
 import time
 
 import confluent_kafka as ck
+from confluent_kafka.admin import AdminClient, NewTopic
 import pytest
 
 import wire
@@ -406,3 +407,55 @@ def test_a_produce_waiting_on_a_removed_leader_is_answered_at_once(make_cluster)
     assert err == 6, result  # NOT_LEADER_OR_FOLLOWER: the client retries on the new leader
     assert result["took"] < 10, result
     assert cluster.topic("leaving", via=target[0])["partitions"][0]["replicas"] == target
+
+
+def test_a_replica_moved_away_and_straight_back_copies_the_log_again(make_cluster):
+    """Broker 3 is moved off a partition (it deletes its copy) and straight back on. Its
+    follower long-poll, sent before the first move with the old log end and still waiting
+    at the leader (`replica.fetch.wait.max.ms` is long here to hold it open), must not
+    count as its position: that let broker 3 join the ISR with an empty log within
+    milliseconds (bench/reassign_bench.py saw it in 2 runs of 3). The move back copies at
+    the throttle's pace instead, and broker 3 ends with the whole log."""
+    cluster = make_cluster(NODES, MANUAL + ("replica.fetch.wait.max.ms=10000",))
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    # Both led by broker 1 and followed by broker 3: 3's fetcher for leader 1 (and its
+    # waiting long-poll) lives on through the moves thanks to "anchor".
+    futures = admin.create_topics([NewTopic(t, num_partitions=1, replica_assignment=[[1, 2, 3]]) for t in ("back", "anchor")])
+    for f in futures.values():
+        f.result(30)
+    cluster.wait_topic("back", 1)
+    cluster.wait_topic("anchor", 1)
+    p = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20, "log_level": 0})
+    for i in range(2_000):
+        while True:
+            try:
+                p.produce("back", value=b"%06d" % i + b"b" * 994)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    wait_for("broker 3 in the ISR", 30, lambda: 3 in partitions(cluster, "back")[0]["isr"])
+    status, body = reassign(cluster, "back", 0, [1, 2, 4])
+    assert status == 202, body
+    wait_moved(cluster, "back", {0: [1, 2, 4]})
+    copy = os.path.join(cluster.node(3).data_dir, "logs", "back-0")
+    wait_for("broker 3 to delete its copy", 30, lambda: not os.path.exists(copy))
+    status, _ = cluster.send(1, "PATCH", "/v1/brokers/configs", {"leader.replication.throttled.rate": "200000"})
+    assert status == 200
+    status, body = reassign(cluster, "back", 0, [1, 2, 3])
+    assert status == 202, body
+    started = time.monotonic()
+    while time.monotonic() - started < 3:
+        time.sleep(0.1)
+    # At 200 kB/s, 2 MB takes about 10 s: most of it is still to come.
+    [row] = [r for r in cluster.get(1, "/v1/reassignments")[1] if r["topic"] == "back"]
+    assert row["bytes_left"] > 1_000_000, row
+    assert 3 not in partitions(cluster, "back")[0]["isr"]
+    status, _ = cluster.send(1, "PATCH", "/v1/brokers/configs", {"leader.replication.throttled.rate": None})
+    assert status == 200
+    wait_moved(cluster, "back", {0: [1, 2, 3]})
+    leader_files = os.path.join(cluster.node(1).data_dir, "logs", "back-0")
+
+    def log_bytes(d):
+        return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".log"))
+    wait_for("broker 3's copy as long as the leader's", 30, lambda: log_bytes(copy) == log_bytes(leader_files))

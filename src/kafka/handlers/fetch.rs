@@ -23,6 +23,7 @@ use crate::kafka::frame::RecordSlices;
 use crate::kafka::registry::Client;
 use crate::log::LogError;
 use crate::node::NodeContext;
+use crate::replication::partition::ReplicaFetch;
 use crate::replication::PartitionError;
 use crate::security::acl::{Operation, ResourceType};
 
@@ -47,7 +48,7 @@ fn read_all(
     ctx: &NodeContext,
     max_bytes: i32,
     plan: &Plan,
-    replica: Option<i32>,
+    replica: Option<ReplicaFetch>,
     readable: &[bool],
 ) -> (Vec<FetchableTopicResponse>, RecordSlices, usize) {
     let mut slices = RecordSlices::default();
@@ -78,12 +79,12 @@ fn read_all(
                     let mut min_one_batch = total == 0;
                     // A replica a reassignment adds catches up within
                     // `leader.replication.throttled.rate`; ISR members never wait.
-                    let throttled = replica.is_some_and(|id| {
+                    let throttled = replica.is_some_and(|r| {
                         image
                             .topics
                             .get(name)
                             .and_then(|t| t.partitions.get(&fp.partition))
-                            .is_some_and(|p| p.is_catching_up(id))
+                            .is_some_and(|p| p.is_catching_up(r.id))
                     });
                     if throttled {
                         match ctx.replicas.leader_throttle.allowance(mono_ms()) {
@@ -135,6 +136,9 @@ pub async fn handle(
     client: &Client,
 ) -> (FetchResponse, RecordSlices) {
     let replica = [request.replica_id.0, request.replica_state.replica_id.0].into_iter().find(|id| *id >= 0);
+    // Stamped on arrival: the position this request carries stops counting
+    // if its replica is removed and added back while it waits.
+    let replica_fetch = replica.map(ReplicaFetch::now);
     let owner = Owner { principal: client.principal.clone(), replica };
     let (kind, plan) = match ctx.fetch_sessions.begin(&request, &owner, mono_ms().max(0) as u64) {
         Ok(begun) => begun,
@@ -164,7 +168,7 @@ pub async fn handle(
             .map(|p| if replica.is_some() { p.subscribe_log_end() } else { p.subscribe() })
             .collect();
         let mut roles = ctx.replicas.subscribe();
-        let (mut topics, slices, bytes) = read_all(ctx, request.max_bytes, &plan, replica, &readable);
+        let (mut topics, slices, bytes) = read_all(ctx, request.max_bytes, &plan, replica_fetch, &readable);
         if version < 5 {
             // The log start offset is not in responses before v5.
             topics.iter_mut().flat_map(|t| t.partitions.iter_mut()).for_each(|p| p.log_start_offset = -1);
