@@ -5,6 +5,7 @@ use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse, RequestKind, ResponseKind};
@@ -101,6 +102,40 @@ pub struct Client {
     pub principal: Arc<str>,
     /// The connection's mute, for quota throttling.
     pub mute: Arc<Mute>,
+    /// Time spent on this request so far, while a `request_percentage`
+    /// quota exists anywhere.
+    pub clock: Option<Arc<RequestClock>>,
+}
+
+/// The time spent handling one request: its dispatch and the polls of its
+/// response future, up to now (a poll in progress counts up to now).
+#[derive(Debug, Default)]
+pub struct RequestClock {
+    /// Time of the finished polls, and when the current one began.
+    state: std::sync::Mutex<(Duration, Option<Instant>)>,
+}
+
+impl RequestClock {
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Duration, Option<Instant>)> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn start(&self) {
+        self.lock().1 = Some(Instant::now());
+    }
+
+    fn stop(&self) {
+        let mut st = self.lock();
+        if let Some(began) = st.1.take() {
+            st.0 += began.elapsed();
+        }
+    }
+
+    /// The time spent so far.
+    pub fn spent(&self) -> Duration {
+        let st = self.lock();
+        st.0 + st.1.map_or(Duration::ZERO, |began| began.elapsed())
+    }
 }
 
 /// Until when a connection reads nothing more (KIP-219: a throttled
@@ -143,53 +178,115 @@ pub type PendingResponse = Pin<Box<dyn Future<Output = Option<ResponseFrame>> + 
 /// connection's request order; everything that waits (acks=all, long-poll
 /// fetches, controller round trips) runs in the returned future.
 pub fn dispatch(ctx: Arc<NodeContext>, request: Request, session: &Session) -> PendingResponse {
+    // With a `request_percentage` quota somewhere, the time spent handling
+    // each request counts against it, and the throttle goes in its answer.
+    let clock = ctx
+        .quorum
+        .image()
+        .client_quotas
+        .values()
+        .any(|q| q.contains_key(quotas::REQUEST_PERCENTAGE))
+        .then(|| Arc::new(RequestClock::default()));
     let client = Client {
         host: session.host,
         id: request.header.client_id.clone(),
         listener: session.listener.clone(),
         principal: session.principal.clone(),
         mute: session.mute.clone(),
+        clock: clock.clone(),
     };
-    // With a `request_percentage` quota somewhere, the time spent handling
-    // each request (in this call and in the future's polls) counts against it.
-    if !ctx.quorum.image().client_quotas.values().any(|q| q.contains_key(quotas::REQUEST_PERCENTAGE)) {
+    let Some(clock) = clock else {
         return dispatch_as(ctx, request, client);
-    }
-    let started = std::time::Instant::now();
-    let (counted, ctx2) = (client.clone(), ctx.clone());
+    };
+    clock.start();
     let pending = dispatch_as(ctx, request, client);
-    let spent = started.elapsed();
-    Box::pin(Timed {
-        inner: pending,
-        spent,
-        done: Some(Box::new(move |spent| {
-            ctx2.throttle(&counted, QuotaKind::Request, spent.as_micros() as usize);
-        })),
-    })
+    clock.stop();
+    Box::pin(Timed { inner: pending, clock })
 }
 
-/// A response future whose polls are timed; `done` gets the total.
+/// A response future whose polls are timed on the request's clock.
 struct Timed {
     inner: PendingResponse,
-    spent: std::time::Duration,
-    done: Option<Box<dyn FnOnce(std::time::Duration) + Send>>,
+    clock: Arc<RequestClock>,
 }
 
 impl Future for Timed {
     type Output = Option<ResponseFrame>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Self::Output> {
-        let started = std::time::Instant::now();
+        self.clock.start();
         let polled = self.inner.as_mut().poll(cx);
-        self.spent += started.elapsed();
-        if polled.is_ready() {
-            let spent = self.spent;
-            if let Some(done) = self.done.take() {
-                done(spent);
-            }
-        }
+        self.clock.stop();
         polled
     }
+}
+
+/// Records the time `client`'s request took against its `request_percentage`
+/// quota; the throttle time in ms that results (0 without such a quota).
+fn request_throttle(ctx: &NodeContext, client: &Client) -> i32 {
+    match &client.clock {
+        Some(clock) => ctx.throttle(client, QuotaKind::Request, clock.spent().as_micros() as usize),
+        None => 0,
+    }
+}
+
+/// Puts the request quota's throttle time into `response` where it is
+/// longer than the one already there (a byte-rate quota's).
+fn add_throttle(response: &mut ResponseKind, ms: i32) {
+    macro_rules! throttled {
+        ($($kind:ident),* $(,)?) => {
+            match response {
+                $(ResponseKind::$kind(r) => r.throttle_time_ms = r.throttle_time_ms.max(ms),)*
+                _ => {}
+            }
+        };
+    }
+    if ms <= 0 {
+        return;
+    }
+    throttled!(
+        Produce,
+        Fetch,
+        ListOffsets,
+        Metadata,
+        ApiVersions,
+        CreateTopics,
+        DeleteTopics,
+        InitProducerId,
+        OffsetForLeaderEpoch,
+        DescribeConfigs,
+        AlterConfigs,
+        CreatePartitions,
+        IncrementalAlterConfigs,
+        DescribeCluster,
+        FindCoordinator,
+        JoinGroup,
+        SyncGroup,
+        Heartbeat,
+        LeaveGroup,
+        OffsetCommit,
+        OffsetFetch,
+        ListGroups,
+        DescribeGroups,
+        DeleteGroups,
+        OffsetDelete,
+        DeleteRecords,
+        AlterPartitionReassignments,
+        ListPartitionReassignments,
+        DescribeLogDirs,
+        ElectLeaders,
+        DescribeClientQuotas,
+        AlterClientQuotas,
+        CreateAcls,
+        DescribeAcls,
+        DeleteAcls,
+        DescribeUserScramCredentials,
+        AlterUserScramCredentials,
+        DescribeTopicPartitions,
+        UnregisterBroker,
+        AddRaftVoter,
+        RemoveRaftVoter,
+    );
 }
 
 fn dispatch_as(ctx: Arc<NodeContext>, request: Request, client: Client) -> PendingResponse {
@@ -208,7 +305,8 @@ fn dispatch_as(ctx: Arc<NodeContext>, request: Request, client: Client) -> Pendi
             Box::pin(async move {
                 let mut produced = in_flight.finish().await?;
                 produced.throttle_time_ms = throttle_ms;
-                let response = ResponseKind::Produce(produced);
+                let mut response = ResponseKind::Produce(produced);
+                add_throttle(&mut response, request_throttle(&ctx, &client));
                 encode(api, version, correlation_id, &response, RecordSlices::default())
             })
         }
@@ -248,11 +346,12 @@ async fn handle(
     if let Some(op) = handlers::denied::cluster_operation(api) {
         if !ctx.authorize_cluster(&client, &ctx.quorum.image(), op) {
             tracing::info!(?api, principal = %client.principal, host = %client.host, "cluster authorization failed");
-            let response = handlers::denied::refusal(body)?;
+            let mut response = handlers::denied::refusal(body)?;
+            add_throttle(&mut response, request_throttle(ctx, &client));
             return encode(api, version, correlation_id, &response, records);
         }
     }
-    let response = match body {
+    let mut response = match body {
         RequestKind::ApiVersions(_) => ResponseKind::ApiVersions(api_versions(0)),
         RequestKind::Metadata(r) => ResponseKind::Metadata(handlers::metadata::handle(ctx, r, version, &client).await),
         RequestKind::DescribeTopicPartitions(r) => {
@@ -352,6 +451,7 @@ async fn handle(
             return None;
         }
     };
+    add_throttle(&mut response, request_throttle(ctx, &client));
     encode(api, version, correlation_id, &response, records)
 }
 

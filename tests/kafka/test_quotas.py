@@ -164,27 +164,37 @@ def test_quotas_through_the_admin_api(quota_cluster):
 
 
 def count_requests(addr, client_id, seconds):
-    """ApiVersions requests one connection gets answered in `seconds`."""
+    """ApiVersions v1 requests one connection gets answered in `seconds`, and the
+    largest throttle time in their answers."""
     s = wire.socket.create_connection(addr, timeout=10)
-    n, deadline = 0, time.monotonic() + seconds
+    n, throttle, deadline = 0, 0, time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
-            s.sendall(wire.request(wire.API_API_VERSIONS, 0, n, b"", client_id=client_id))
-            wire.recv_response(s, n)
+            s.sendall(wire.request(wire.API_API_VERSIONS, 1, n, b"", client_id=client_id))
+            r = wire.recv_response(s, n)
+            assert r.i16() == 0
+            for _ in range(r.i32()):
+                r.take(6)  # api key, min and max version
+            throttle = max(throttle, r.i32())
             n += 1
     finally:
         s.close()
-    return n
+    return n, throttle
 
 
 def test_a_request_percentage_quota_mutes_a_busy_client(quota_cluster):
+    """request_percentage (KIP-124): the time spent on a client's requests is measured;
+    over the quota, its connection is muted and its answers carry the throttle time."""
     addr = quota_cluster.node(1).kafka_addr
     # 0.01% of a thread: 100 µs of handling per second.
     assert alter_quota(addr, [("client-id", "chatty")], "request_percentage", 0.01) == 0
     try:
-        free = count_requests(addr, "quiet", 3)
-        throttled = count_requests(addr, "chatty", 3)
+        free, free_throttle = count_requests(addr, "quiet", 3)
+        throttled, throttle = count_requests(addr, "chatty", 3)
         assert free > 200, f"an unthrottled client got only {free} answers in 3 s"
         assert throttled < free / 10, f"the throttled client got {throttled} answers, the free one {free}"
+        # The answers say so too (KIP-219), so that a client can back off by itself.
+        assert free_throttle == 0
+        assert throttle > 0, "no throttle time in the throttled client's answers"
     finally:
         assert alter_quota(addr, [("client-id", "chatty")], "request_percentage", 0.0, remove=True) == 0
