@@ -84,12 +84,18 @@ def fetch_source():
         f.write("\n[workspace]\n")
 
 
-def build():
-    """{test binary name: path}, building them if needed."""
+def test_files():
+    """The names of the suite's test files (tests/*.rs), each a test binary."""
     fetch_source()
+    return sorted(f[:-3] for f in os.listdir(os.path.join(SOURCE, "tests")) if f.endswith(".rs"))
+
+
+def build(names):
+    """{test binary name: path} for `names`, building them if needed."""
     env = dict(os.environ, CARGO_TARGET_DIR=TARGET)
-    print(f"== building {CRATE} {VERSION}'s tests (once; librdkafka from source)", flush=True)
-    out = cargo("test", "--tests", "--no-run", "--message-format", "json", cwd=SOURCE, env=env)
+    print(f"== building {CRATE} {VERSION}'s tests {', '.join(names)} (once; librdkafka from source)", flush=True)
+    targets = [a for n in names for a in ("--test", n)]
+    out = cargo("test", *targets, "--no-run", "--message-format", "json", cwd=SOURCE, env=env)
     if out.returncode != 0:
         raise SystemExit(f"building {CRATE}'s tests failed:\n{out.stderr[-5000:]}")
     binaries = {}
@@ -147,10 +153,12 @@ def main():
     ap.add_argument("--skip-known", action="store_true", help="do not run the tests in KNOWN_FAILURES")
     args = ap.parse_args()
 
-    binaries = build()
-    chosen = {n: p for n, p in sorted(binaries.items()) if n not in NOT_RUN and (not args.only or n in args.only)}
-    if not chosen:
-        raise SystemExit(f"no test files to run among {sorted(binaries)}")
+    files = test_files()
+    names = [n for n in files if n not in NOT_RUN and (not args.only or n in args.only)]
+    if not names:
+        raise SystemExit(f"no test files to run among {files}")
+    binaries = build(names)
+    chosen = {n: binaries[n] for n in names}
     directory = tempfile.mkdtemp(prefix="strom-rust-rdkafka-")
     c = harness.start(directory, 3, harness.FAST + ("auto.create.topics.enable=true", "num.partitions=3"),
                       binary=args.binary)
