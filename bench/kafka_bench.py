@@ -15,9 +15,12 @@ node holding 1,000 partitions.
 See bench/README.md for what each number means.
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
+import subprocess
 import socket
 import sys
 import tempfile
@@ -43,10 +46,33 @@ GB = 1_000_000_000
 
 def cpu_seconds(pid):
     """utime + stime of pid (all its threads), in seconds."""
+    user, system = cpu_user_system(pid)
+    return user + system
+
+
+def cpu_user_system(pid):
+    """(utime, stime) of pid (all its threads), in seconds."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     # After "pid (comm)", field 3 is state; utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+
+
+def cpu_by_thread_name(pid):
+    """{thread name with trailing digits and dashes dropped: [utime, stime]} over pid's live threads."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                head, tail = f.read().rsplit(")", 1)
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = head.split("(", 1)[1].rstrip("0123456789-_ ")
+        fields = tail.split()
+        acc = out.setdefault(name, [0.0, 0.0])
+        acc[0] += int(fields[11]) / CLK_TCK
+        acc[1] += int(fields[12]) / CLK_TCK
+    return out
 
 
 def proc_status(pid, key):
@@ -198,37 +224,51 @@ def throughput_runs(args, limits):
             limits["loopback_tcp_mb_s"] = loopback_mb_s(args.loopback_mb)
             print(f"machine limits: sequential write+fsync to {node.data_dir}: {limits['disk_write_mb_s']:.0f} MB/s; "
                   f"loopback TCP (Python, one connection): {limits['loopback_tcp_mb_s']:.0f} MB/s", flush=True)
-        for size in args.sizes:
+        for rnd, size, acks in [(k, s, a) for k in range(args.rounds) for s in args.sizes for a in args.acks]:
             n = args.records or max(1000, args.bytes_per_run // size)
-            for acks in args.acks:
-                topic = f"bench-{size}-acks{acks}"
-                cluster.create_topic(topic, partitions=args.partitions)
-                cluster.wait_topic(topic, args.partitions)
-                payload = n * size
+            topic = f"bench-{size}-acks{acks}" + (f"-round{rnd + 1}" if args.rounds > 1 else "")
+            held = dir_bytes(node.data_dir)
+            cluster.create_topic(topic, partitions=args.partitions)
+            cluster.wait_topic(topic, args.partitions)
+            payload = n * size
 
-                cpu0 = cpu_seconds(pid)
+            us0, th0 = cpu_user_system(pid), cpu_by_thread_name(pid)
+            cpu0 = sum(us0)
+            with perf_record(args.perf, pid, f"round{rnd + 1}-{size}-acks{acks}-produce"):
                 elapsed, lat = produce(node.kafka, topic, args.partitions, n, size, acks, args.timeout)
-                cpu1 = cpu_seconds(pid)
-                rss_produce = proc_status(pid, "VmRSS")
+            us1, th1 = cpu_user_system(pid), cpu_by_thread_name(pid)
+            cpu1 = sum(us1)
+            rss_produce = proc_status(pid, "VmRSS")
+            with perf_record(args.perf, pid, f"round{rnd + 1}-{size}-acks{acks}-consume"):
                 c_elapsed, c_bytes = consume(node.kafka, topic, args.partitions, n, args.timeout)
-                cpu2 = cpu_seconds(pid)
-                rss_consume = proc_status(pid, "VmRSS")
-                assert c_bytes == payload, f"consumed {c_bytes} bytes, produced {payload}"
+            us2, th2 = cpu_user_system(pid), cpu_by_thread_name(pid)
+            cpu2 = sum(us2)
+            rss_consume = proc_status(pid, "VmRSS")
+            assert c_bytes == payload, f"consumed {c_bytes} bytes, produced {payload}"
 
-                r = {
-                    "size": size, "acks": acks, "records": n, "partitions": args.partitions,
-                    "produce_records_s": n / elapsed, "produce_mb_s": payload / MB / elapsed,
-                    "produce_latency_p50_ms": pct(lat, 50) * 1000, "produce_latency_p99_ms": pct(lat, 99) * 1000,
-                    "consume_records_s": n / c_elapsed, "consume_mb_s": payload / MB / c_elapsed,
-                    "broker_cpu_s_per_gb_produce": (cpu1 - cpu0) / (payload / GB),
-                    "broker_cpu_s_per_gb_consume": (cpu2 - cpu1) / (payload / GB),
-                    "broker_cpu_s_per_gb_in_out": (cpu2 - cpu0) / (2 * payload / GB),
-                    "broker_rss_mb_after_produce": rss_produce / MB, "broker_rss_mb_after_consume": rss_consume / MB,
-                    "broker_peak_rss_mb": proc_status(pid, "VmHWM") / MB,
-                }
-                results.append(r)
-                report(r, limits)
+            r = {
+                "round": rnd + 1, "data_held_mb_before": held / MB,
+                "broker_user_s_produce": us1[0] - us0[0], "broker_system_s_produce": us1[1] - us0[1],
+                "broker_user_s_consume": us2[0] - us1[0], "broker_system_s_consume": us2[1] - us1[1],
+                "broker_threads_produce": thread_delta(th0, th1),
+                "broker_threads_consume": thread_delta(th1, th2),
+                "size": size, "acks": acks, "records": n, "partitions": args.partitions,
+                "produce_records_s": n / elapsed, "produce_mb_s": payload / MB / elapsed,
+                "produce_latency_p50_ms": pct(lat, 50) * 1000, "produce_latency_p99_ms": pct(lat, 99) * 1000,
+                "consume_records_s": n / c_elapsed, "consume_mb_s": payload / MB / c_elapsed,
+                "broker_cpu_s_per_gb_produce": (cpu1 - cpu0) / (payload / GB),
+                "broker_cpu_s_per_gb_consume": (cpu2 - cpu1) / (payload / GB),
+                "broker_cpu_s_per_gb_in_out": (cpu2 - cpu0) / (2 * payload / GB),
+                "broker_rss_mb_after_produce": rss_produce / MB, "broker_rss_mb_after_consume": rss_consume / MB,
+                "broker_peak_rss_mb": proc_status(pid, "VmHWM") / MB,
+            }
+            results.append(r)
+            report(r, limits)
+            if args.delete_between_rounds:
+                delete_and_wait(cluster, node, topic, held)
         cluster.check_alive()
+        if args.rounds > 1:
+            report_rounds(results)
     finally:
         cluster.close()
         if not args.keep:
@@ -236,6 +276,75 @@ def throughput_runs(args, limits):
         else:
             print(f"data and logs kept in {directory}")
     return results
+
+
+@contextlib.contextmanager
+def perf_record(directory, pid, name):
+    """`perf record -g` of pid while the block runs, into directory/name.data (nothing without a directory)."""
+    if not directory:
+        yield
+        return
+    os.makedirs(directory, exist_ok=True)
+    out = os.path.join(directory, name + ".data")
+    rec = subprocess.Popen(["perf", "record", "-q", "-g", "-F", "999", "-p", str(pid), "-o", out],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        rec.send_signal(signal.SIGINT)
+        rec.wait(timeout=60)
+        print(f"  perf: {out} (perf report -i {out} --no-children --sort sym)", flush=True)
+
+
+def delete_and_wait(cluster, node, topic, held_before):
+    """Delete a round's topic and wait (60 s at most) until the data directory is back to its size before."""
+    status, body = cluster.send(1, "DELETE", f"/v1/topics/{topic}")
+    assert status in (200, 202, 204), f"delete {topic}: {status} {body}"
+    harness.wait_for(f"{topic}'s files removed", 60, lambda: dir_bytes(node.data_dir) <= held_before + 50 * MB,
+                     interval=0.2)
+
+
+def dir_bytes(directory):
+    total = 0
+    for root, _, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.path.getsize(os.path.join(root, name))
+            except OSError:
+                pass
+    return total
+
+
+def thread_delta(before, after):
+    """{thread name: [user s, system s]} spent between two cpu_by_thread_name samples."""
+    out = {}
+    for name, (u, s) in after.items():
+        u0, s0 = before.get(name, (0.0, 0.0))
+        if u - u0 > 0 or s - s0 > 0:
+            out[name] = [round(u - u0, 3), round(s - s0, 3)]
+    return out
+
+
+def report_rounds(results):
+    """Round after round on one node, each on a new topic: is the broker's CPU per GB flat in the data held?"""
+    print("\nround  held before   produce s/GB (user+sys)   consume s/GB (user+sys)   produce MB/s  consume MB/s")
+    for r in results:
+        gb = r["records"] * r["size"] / GB
+        print(f"{r['round']:>5}  {r['data_held_mb_before']:8.0f} MB   "
+              f"{r['broker_cpu_s_per_gb_produce']:5.2f} ({r['broker_user_s_produce'] / gb:4.2f}+"
+              f"{r['broker_system_s_produce'] / gb:4.2f})        "
+              f"{r['broker_cpu_s_per_gb_consume']:5.2f} ({r['broker_user_s_consume'] / gb:4.2f}+"
+              f"{r['broker_system_s_consume'] / gb:4.2f})        "
+              f"{r['produce_mb_s']:8.0f}      {r['consume_mb_s']:8.0f}")
+    for phase in ("produce", "consume"):
+        names = sorted({n for r in results for n in r[f"broker_threads_{phase}"]})
+        print(f"  {phase} CPU by thread (user+system s per GB), round by round:")
+        for name in names:
+            cells = []
+            for r in results:
+                u, s = r[f"broker_threads_{phase}"].get(name, (0.0, 0.0))
+                cells.append(f"{(u + s) / (r['records'] * r['size'] / GB):5.2f}")
+            print(f"    {name:<24} " + " ".join(cells))
 
 
 def ratio(value, limit):
@@ -334,6 +443,13 @@ def main():
     ap.add_argument("--settle-s", type=float, default=5, help="idle time before reading RSS in --idle-partitions")
     ap.add_argument("--keep", action="store_true", help="keep the data directory and logs")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--perf", metavar="DIR",
+                    help="record the broker with `perf record -g` during each produce and consume phase, into DIR")
+    ap.add_argument("--delete-between-rounds", action="store_true",
+                    help="delete each run's topic after it (and wait for its files to go), so the data held stays flat")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat every run this many times back to back on the same node, each on a new topic, "
+                         "and print the broker's CPU per GB round by round (is it flat in the data held?)")
     args = ap.parse_args()
     args.bin = os.path.abspath(args.bin)
     args.sizes = [int(s) for s in args.sizes.split(",")]
