@@ -52,10 +52,16 @@ def cpu_seconds(pid):
 
 def cpu_user_system(pid):
     """(utime, stime) of pid (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+    return stat_times(f"/proc/{pid}/stat")[1:]
+
+
+def stat_times(path):
+    """(comm, utime s, stime s) from a /proc stat file."""
+    with open(path) as f:
+        head, tail = f.read().rsplit(")", 1)
+    fields = tail.split()
     # After "pid (comm)", field 3 is state; utime and stime are fields 14 and 15.
-    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
+    return head.split("(", 1)[1], int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 def cpu_by_thread_name(pid):
@@ -63,15 +69,12 @@ def cpu_by_thread_name(pid):
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                head, tail = f.read().rsplit(")", 1)
+            name, user, system = stat_times(f"/proc/{pid}/task/{tid}/stat")
         except OSError:
             continue  # the thread ended meanwhile
-        name = head.split("(", 1)[1].rstrip("0123456789-_ ")
-        fields = tail.split()
-        acc = out.setdefault(name, [0.0, 0.0])
-        acc[0] += int(fields[11]) / CLK_TCK
-        acc[1] += int(fields[12]) / CLK_TCK
+        acc = out.setdefault(name.rstrip("0123456789-_ "), [0.0, 0.0])
+        acc[0] += user
+        acc[1] += system
     return out
 
 
@@ -233,16 +236,14 @@ def throughput_runs(args, limits):
             payload = n * size
 
             us0, th0 = cpu_user_system(pid), cpu_by_thread_name(pid)
-            cpu0 = sum(us0)
             with perf_record(args.perf, pid, f"round{rnd + 1}-{size}-acks{acks}-produce"):
                 elapsed, lat = produce(node.kafka, topic, args.partitions, n, size, acks, args.timeout)
             us1, th1 = cpu_user_system(pid), cpu_by_thread_name(pid)
-            cpu1 = sum(us1)
             rss_produce = proc_status(pid, "VmRSS")
             with perf_record(args.perf, pid, f"round{rnd + 1}-{size}-acks{acks}-consume"):
                 c_elapsed, c_bytes = consume(node.kafka, topic, args.partitions, n, args.timeout)
             us2, th2 = cpu_user_system(pid), cpu_by_thread_name(pid)
-            cpu2 = sum(us2)
+            cpu0, cpu1, cpu2 = sum(us0), sum(us1), sum(us2)
             rss_consume = proc_status(pid, "VmRSS")
             assert c_bytes == payload, f"consumed {c_bytes} bytes, produced {payload}"
 
