@@ -297,14 +297,14 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         snapshot_keep_entries: settings.u64("metadata.snapshot.keep.entries"),
         tls: node_tls.clone().filter(|_| quorum_tls),
     };
-    let admin_listener = tokio::net::TcpListener::bind(&config.admin)
+    let backlog = settings.u64("socket.listen.backlog.size").min(u32::MAX as u64) as u32;
+    let admin_listener = listen(&config.admin, backlog)
         .await
         .map_err(|source| NodeError::AdminBind { addr: config.admin.clone(), source })?;
     let mut kafka_listeners = Vec::with_capacity(config.listeners.len());
     for (l, spec) in config.listeners.iter().zip(specs) {
-        let socket = tokio::net::TcpListener::bind(&l.bind)
-            .await
-            .map_err(|source| NodeError::KafkaBind { addr: l.bind.clone(), source })?;
+        let socket =
+            listen(&l.bind, backlog).await.map_err(|source| NodeError::KafkaBind { addr: l.bind.clone(), source })?;
         kafka_listeners.push((socket, Arc::new(spec)));
     }
     let replicas = Arc::new(
@@ -472,6 +472,27 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     quorum.shutdown().await;
     tracing::info!(node_id = config.node_id, "stopped");
     Ok(())
+}
+
+/// Binds a listener with room for `backlog` connections the kernel has
+/// completed and the node has not accepted yet (`socket.listen.backlog.size`).
+/// Tokio's `bind` asks for 128. 500 clients connecting at once overflowed
+/// it: the kernel answered the surplus with SYN cookies, dropped their last
+/// handshake packet while the queue stayed full, and reset those whose
+/// cookie no longer checked at their first request.
+async fn listen(addr: &str, backlog: u32) -> std::io::Result<tokio::net::TcpListener> {
+    let mut last = None;
+    for a in tokio::net::lookup_host(addr).await? {
+        let socket = if a.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;
+        socket.set_reuseaddr(true)?;
+        match socket.bind(a).and_then(|()| socket.listen(backlog)) {
+            Ok(listener) => return Ok(listener),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{addr} resolves to no address"))
+    }))
 }
 
 /// Serves the admin API on a thread running its own single-threaded runtime;

@@ -125,15 +125,16 @@ else
   echo "== kcat: not installed and not root (no apt-get); the kcat tests will be skipped" >&2
 fi
 
-# The failover demonstrations (deploy/demos) need jq, bc, curl and iproute2.
+# The failover demonstrations (deploy/demos) need jq, bc, curl and iproute2 (ip; the
+# overload test reads listen queues with ss).
 missing=()
-for tool in jq bc curl ip; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+for tool in jq bc curl ip ss; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
 if [ ${#missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   echo "== demos: installing ${missing[*]} with apt-get"
   export DEBIAN_FRONTEND=noninteractive
   pkgs=()
   for tool in "${missing[@]}"; do
-    case "$tool" in ip) pkgs+=(iproute2) ;; *) pkgs+=("$tool") ;; esac
+    case "$tool" in ip | ss) pkgs+=(iproute2) ;; *) pkgs+=("$tool") ;; esac
   done
   apt-get update -qq >/dev/null 2>&1 || true
   apt-get install -y -qq "${pkgs[@]}" >/dev/null 2>&1 || echo "== demos: could not install ${pkgs[*]}; their tests will be skipped" >&2

@@ -353,6 +353,13 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "Kafka request bytes read and not yet handled, all connections together; past it connections \
          stop reading (-1: no bound)",
     ),
+    def(
+        "socket.listen.backlog.size",
+        Some("1024"),
+        int(1, I32_MAX),
+        "connections the kernel completes before the node accepts them, per Kafka and admin listener \
+         (Kafka's default is 50; the kernel caps it at net.core.somaxconn)",
+    ),
     def("connections.max.idle.ms", Some("600000"), int(1, I64_MAX), "idle Kafka connections are closed after this"),
     def("request.timeout.ms", Some("30000"), int(1, I32_MAX), "bound on parked acks=all requests"),
     // Kafka's dynamic thread-pool and connection-quota settings: accepted

@@ -46,6 +46,14 @@ def test_500_producing_connections_stay_under_the_memory_bound_and_health_answer
     c.create_topic(topic, partitions=8, configs={"retention.bytes": "100000000", "segment.bytes": "20000000"})
     c.wait_topic(topic, 8)
     pid = c.node(1).pid
+    # 500 connects at once fit the listen queue (socket.listen.backlog.size, 1024 by
+    # default, capped by the kernel): with tokio's 128 the kernel reset some of them.
+    port = c.node(1).kafka.rsplit(":", 1)[1]
+    with open("/proc/sys/net/core/somaxconn") as f:
+        expected = min(1024, int(f.read()))
+    listening = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True)
+    backlogs = [int(line.split()[2]) for line in listening.stdout.splitlines()]
+    assert backlogs == [expected], f"listen backlog of {c.node(1).kafka}: {listening.stdout!r}"
     health = f"http://{c.node(1).admin}/health"
     run = subprocess.Popen([loadgen(), "--bootstrap", c.node(1).kafka, "--topic", topic, "--partitions", "8",
                             "--connections", str(CONNECTIONS), "--batch", "1000", "--size", "1000",
