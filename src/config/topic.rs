@@ -49,7 +49,6 @@ const fn own(def: SettingDef, effect: Effect) -> TopicConfigDef {
 
 const NO_RECOMPRESSION: &str =
     "Strom stores batches as the producer compressed them (as with compression.type=producer); it never recompresses";
-const CLEANER: &str = "Strom's cleaner compacts __consumer_offsets only, each sealed segment on every retention pass";
 const NO_TIERED_STORAGE: &str = "Strom has no tiered storage";
 const NO_THROTTLES: &str = "Strom has no replication quotas";
 
@@ -60,11 +59,7 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     ignored("compression.gzip.level", "compression.gzip.level", NO_RECOMPRESSION),
     ignored("compression.lz4.level", "compression.lz4.level", NO_RECOMPRESSION),
     ignored("compression.zstd.level", "compression.zstd.level", NO_RECOMPRESSION),
-    ignored(
-        "delete.retention.ms",
-        "log.cleaner.delete.retention.ms",
-        "Strom's cleaner keeps every key's latest tombstone",
-    ),
+    applied("delete.retention.ms", "log.cleaner.delete.retention.ms"),
     ignored(
         "file.delete.delay.ms",
         "log.segment.delete.delay.ms",
@@ -93,7 +88,7 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     ),
     ignored("local.retention.bytes", "log.local.retention.bytes", NO_TIERED_STORAGE),
     ignored("local.retention.ms", "log.local.retention.ms", NO_TIERED_STORAGE),
-    ignored("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", CLEANER),
+    applied("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
     applied("max.message.bytes", "message.max.bytes"),
     ignored(
         "message.downconversion.enable",
@@ -105,8 +100,8 @@ pub const TOPIC_CONFIGS: &[TopicConfigDef] = &[
     applied("message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms"),
     applied("message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms"),
     applied("message.timestamp.type", "log.message.timestamp.type"),
-    ignored("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", CLEANER),
-    ignored("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", CLEANER),
+    applied("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio"),
+    applied("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
     applied("min.insync.replicas", "min.insync.replicas"),
     ignored("preallocate", "log.preallocate", "Strom's segment files grow as batches are written"),
     own(

@@ -1,24 +1,48 @@
-//! Log compaction, for Strom's internal `__consumer_offsets`: in sealed
-//! segments below the high watermark, a record is dropped when a later record
-//! in the log has the same key. Offsets never change: surviving records keep
-//! theirs and batches are re-encoded around them, so readers and followers
-//! see gaps, as in a compacted Kafka topic (followers accept them). The last
-//! batch of each segment is kept whole, so every segment keeps its end
-//! offset and is never empty. Tombstones are kept (the latest record of a
-//! deleted key), so a replica that missed the deletion still learns of it.
+//! Log compaction (`cleanup.policy=compact`), for user topics and
+//! `__consumer_offsets` alike. A pass runs in three steps, so that the
+//! partition's lock is held only to plan and to swap:
 //!
-//! Only uncompressed batches without producer ids are rewritten: that is all
-//! the group coordinator writes. Anything else is left as it is.
+//! 1. Plan, under the lock ([`super::PartitionLog::plan_compaction`]): the
+//!    cleanable part of the log is the run of sealed segments from the start
+//!    that lie wholly below the high watermark and, with
+//!    `min.compaction.lag.ms`, whose newest record is at least that old. A
+//!    pass is due when the dirty part (segments not cleaned since the node
+//!    started) is at least `min.cleanable.dirty.ratio` of it, or its first
+//!    segment is older than `max.compaction.lag.ms`.
+//! 2. Clean, without the lock ([`clean`]): read the planned segments'
+//!    files (sealed segments never change) batch by batch, note every key's
+//!    latest offset, and write each segment that loses records into a
+//!    scratch directory beside the log.
+//! 3. Swap, under the lock ([`super::PartitionLog::install_compacted`]):
+//!    each rewritten segment replaces its original if that is still the
+//!    segment that was read.
+//!
+//! What a segment keeps: every key's latest record, records without a key,
+//! control batches, each producer's last batch whole (its sequence and
+//! epoch are what a restart rebuilds the producer's state from), and the
+//! last batch of each segment whole, so every segment keeps its end offset
+//! and is never empty. Offsets never change: batches are re-encoded around
+//! the surviving records with their compression, producer fields and
+//! timestamp type, so readers and followers see gaps, as in Kafka. A
+//! tombstone (a null value) that is its key's latest record goes once its
+//! segment's file was last written more than `delete.retention.ms` ago
+//! (Kafka's horizon before KIP-534); rewriting a segment keeps that time.
 
 use std::collections::HashMap;
+use std::fs::{self, File};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use super::batch::BatchHeader;
-use super::segment::BatchInfo;
+use super::batch::{BatchHeader, CRC_COVERED_FROM, HEADER_BYTES};
+use super::segment::{segment_file_name, BatchInfo, LogSegment, LOG_SUFFIX};
+use super::{LogConfig, LogError, Result};
 
 /// A record without producer or headers, as Strom writes its own records.
 pub fn plain_record(offset: i64, key: Option<Bytes>, value: Option<Bytes>, timestamp: i64) -> Record {
@@ -52,101 +76,285 @@ pub fn encode_batch(records: Vec<Record>) -> Option<Vec<u8>> {
     Some(encoded.to_vec())
 }
 
-/// Records in `record_set` (whole batches) below `end`: the offset of the
-/// latest record of every key. Records at or past `end` (not yet committed)
-/// must not supersede anything: they may still be truncated away.
-pub fn note_latest(record_set: &Bytes, end: i64, latest: &mut HashMap<Bytes, i64>) {
-    let mut buf = record_set.clone();
-    while !buf.is_empty() {
-        let Ok(set) = RecordBatchDecoder::decode(&mut buf) else { return };
-        for r in set.records.into_iter().filter(|r| r.offset < end) {
-            if let Some(key) = r.key {
-                latest.insert(key, r.offset);
+/// Bytes read from a segment file at a time; a larger batch is read whole.
+const READ_CHUNK_BYTES: u64 = 4 << 20;
+
+/// A compaction pass's inputs, taken under the partition's lock.
+#[derive(Debug)]
+pub struct CompactionPlan {
+    pub(super) scratch: PathBuf,
+    pub(super) config: LogConfig,
+    /// Records at or past this are not cleaned and supersede nothing.
+    pub(super) end: i64,
+    pub(super) segments: Vec<PlannedSegment>,
+    /// The log's truncation count when planned: a swap after a truncation
+    /// is dropped.
+    pub(super) truncations: u64,
+}
+
+/// One sealed segment of a plan.
+#[derive(Debug)]
+pub struct PlannedSegment {
+    pub(super) base_offset: i64,
+    pub(super) next_offset: i64,
+    pub(super) size_bytes: u64,
+    pub(super) file: Arc<File>,
+    /// When the `.log` was last written: the tombstone clock.
+    pub(super) modified: Option<SystemTime>,
+}
+
+/// What [`clean`] wrote: segments in the plan's scratch directory, each to
+/// replace the segment of the same base offset.
+#[derive(Debug)]
+pub struct CompactionResult {
+    pub(super) scratch: PathBuf,
+    pub(super) end: i64,
+    pub(super) truncations: u64,
+    pub(super) rewritten: Vec<RewrittenSegment>,
+}
+
+#[derive(Debug)]
+pub struct RewrittenSegment {
+    pub(super) base_offset: i64,
+    /// The original's end and size, checked again before the swap.
+    pub(super) next_offset: i64,
+    pub(super) size_before: u64,
+    pub(super) size_after: u64,
+}
+
+/// What the cleaner learned from the cleanable part of a log.
+#[derive(Debug, Default)]
+struct OffsetMap {
+    /// Every key's latest offset below the plan's end.
+    latest: HashMap<Bytes, i64>,
+    /// Each producer's last batch below the end (its base offset).
+    last_batch_of: HashMap<i64, i64>,
+}
+
+impl OffsetMap {
+    fn note(&mut self, batch: &Bytes, end: i64) -> Result<()> {
+        let header = BatchHeader::parse(batch)?;
+        if header.base_offset() >= end || header.is_control() {
+            return Ok(());
+        }
+        if header.producer_id() >= 0 {
+            self.last_batch_of.insert(header.producer_id(), header.base_offset());
+        }
+        // A batch the cleaner cannot decode supersedes nothing, and is kept.
+        let Ok(set) = decode(batch) else { return Ok(()) };
+        for r in set.records {
+            if let (Some(key), true) = (r.key, r.offset < end) {
+                self.latest.insert(key, r.offset);
             }
+        }
+        Ok(())
+    }
+
+    /// Whether record `r` (of a batch below the end) stays.
+    fn keeps(&self, r: &Record, drop_tombstones: bool) -> bool {
+        let Some(key) = &r.key else { return true };
+        match self.latest.get(key) {
+            Some(&latest) if latest > r.offset => false,
+            Some(&latest) if latest == r.offset => !(drop_tombstones && r.value.is_none()),
+            _ => true,
         }
     }
 }
 
-/// `segment` (whole batches) with superseded records removed, as batches
-/// and their header infos; `None` when nothing would be removed or a batch
-/// is not one this compaction rewrites.
-pub fn compact_segment(segment: &Bytes, latest: &HashMap<Bytes, i64>) -> Option<Vec<(Vec<u8>, BatchInfo)>> {
-    let mut batches: Vec<Bytes> = Vec::new();
-    let mut at = 0usize;
-    while at < segment.len() {
-        let header = BatchHeader::parse(&segment[at..]).ok()?;
-        let size = header.total_size();
-        if size == 0 || at + size > segment.len() {
-            return None;
+fn decode(batch: &Bytes) -> Result<kafka_protocol::records::RecordSet> {
+    RecordBatchDecoder::decode(&mut batch.clone()).map_err(|e| LogError::Compaction(format!("undecodable batch: {e}")))
+}
+
+/// Calls `each` with every whole batch of a sealed segment's file, in order.
+fn for_each_batch(segment: &PlannedSegment, mut each: impl FnMut(Bytes) -> Result<()>) -> Result<()> {
+    let mut position = 0u64;
+    while position < segment.size_bytes {
+        let want = READ_CHUNK_BYTES.min(segment.size_bytes - position);
+        let mut chunk = read_at(&segment.file, position, want)?;
+        let first = BatchHeader::parse(&chunk)?.total_size() as u64;
+        if first > want {
+            chunk = read_at(&segment.file, position, first)?;
         }
-        batches.push(segment.slice(at..at + size));
-        at += size;
+        let chunk = Bytes::from(chunk);
+        let mut at = 0usize;
+        while at + HEADER_BYTES <= chunk.len() {
+            let size = BatchHeader::parse(&chunk[at..])?.total_size();
+            if size == 0 || at + size > chunk.len() {
+                break;
+            }
+            each(chunk.slice(at..at + size))?;
+            at += size;
+        }
+        if at == 0 {
+            return Err(LogError::Compaction(format!("no whole batch at position {position}")));
+        }
+        position += at as u64;
     }
-    let last = batches.len().checked_sub(1)?;
-    let mut out = Vec::with_capacity(batches.len());
-    let mut dropped = 0usize;
-    for (i, raw) in batches.iter().enumerate() {
-        let keep_whole = |raw: &Bytes| {
-            let header = BatchHeader::parse(raw).ok()?;
-            Some((raw.to_vec(), BatchInfo::from_header(&header)))
+    Ok(())
+}
+
+fn read_at(file: &File, position: u64, len: u64) -> Result<Vec<u8>> {
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, position)?;
+    Ok(bytes)
+}
+
+/// What becomes of one batch: kept as it is, dropped, or re-encoded around
+/// the records that stay.
+enum Outcome {
+    Whole,
+    Dropped,
+    Rewritten(Vec<u8>),
+}
+
+fn clean_batch(batch: &Bytes, map: &OffsetMap, last_in_segment: bool, drop_tombstones: bool) -> Result<Outcome> {
+    let header = BatchHeader::parse(batch)?;
+    let producer = header.producer_id();
+    let producers_last = producer >= 0 && map.last_batch_of.get(&producer) == Some(&header.base_offset());
+    if last_in_segment || producers_last || header.is_control() || header.is_transactional() {
+        return Ok(Outcome::Whole);
+    }
+    let Ok(set) = decode(batch) else { return Ok(Outcome::Whole) };
+    let total = set.records.len();
+    let kept: Vec<Record> = set.records.into_iter().filter(|r| map.keeps(r, drop_tombstones)).collect();
+    if kept.is_empty() {
+        return Ok(Outcome::Dropped);
+    }
+    if kept.len() == total {
+        return Ok(Outcome::Whole);
+    }
+    let first = kept[0].offset;
+    let kept: Vec<Record> = if producer >= 0 {
+        kept
+    } else {
+        // kafka-protocol starts a new batch wherever `offset - sequence`
+        // changes: records without a producer are numbered to follow their
+        // offsets (base sequence -1).
+        kept.into_iter().map(|r| Record { sequence: (r.offset - first) as i32 - 1, ..r }).collect()
+    };
+    let mut encoded = bytes::BytesMut::new();
+    let options = RecordEncodeOptions { version: 2, compression: set.compression };
+    if RecordBatchEncoder::encode(&mut encoded, &kept, &options).is_err() {
+        return Ok(Outcome::Whole);
+    }
+    let mut encoded = encoded.to_vec();
+    if header.is_log_append_time() {
+        // The encoder knows only CreateTime: restore the type bit and the
+        // append time, then the CRC they are under.
+        restore_log_append_time(&mut encoded, header.max_timestamp());
+    }
+    Ok(Outcome::Rewritten(encoded))
+}
+
+/// Marks a batch LogAppendTime with `append_time` as its max timestamp.
+fn restore_log_append_time(batch: &mut [u8], append_time: i64) {
+    const ATTRIBUTES_AT: usize = 21;
+    const MAX_TIMESTAMP_AT: usize = 35;
+    const LOG_APPEND_TIME_BIT: u8 = 1 << 3;
+    batch[ATTRIBUTES_AT + 1] |= LOG_APPEND_TIME_BIT;
+    batch[MAX_TIMESTAMP_AT..MAX_TIMESTAMP_AT + 8].copy_from_slice(&append_time.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+    batch[CRC_COVERED_FROM - 4..CRC_COVERED_FROM].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Step 2 of a pass, without the partition's lock (see the module's doc).
+pub fn clean(plan: &CompactionPlan, now: SystemTime) -> Result<CompactionResult> {
+    let mut map = OffsetMap::default();
+    for segment in &plan.segments {
+        for_each_batch(segment, |batch| map.note(&batch, plan.end))?;
+    }
+    match fs::remove_dir_all(&plan.scratch) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+        _ => {}
+    }
+    fs::create_dir_all(&plan.scratch)?;
+    let retention = Duration::from_millis(plan.config.delete_retention_ms);
+    let mut rewritten = Vec::new();
+    for segment in &plan.segments {
+        let drop_tombstones =
+            segment.modified.and_then(|m| now.duration_since(m).ok()).is_some_and(|age| age > retention);
+        let last_in_segment = |batch: &Bytes| {
+            BatchHeader::parse(batch).map(|h| h.last_offset() + 1 >= segment.next_offset).unwrap_or(true)
         };
-        if i == last {
-            out.push(keep_whole(raw)?);
+        // A first read decides whether the segment loses anything at all.
+        let mut loses = false;
+        for_each_batch(segment, |batch| {
+            if !loses {
+                let last = last_in_segment(&batch);
+                loses = !matches!(clean_batch(&batch, &map, last, drop_tombstones)?, Outcome::Whole);
+            }
+            Ok(())
+        })?;
+        if !loses {
             continue;
         }
-        let mut buf = raw.clone();
-        let set = RecordBatchDecoder::decode(&mut buf).ok()?;
-        if set.compression != Compression::None || set.records.iter().any(|r| r.producer_id >= 0 || r.control) {
-            return None;
+        let mut fresh = LogSegment::create(&plan.scratch, segment.base_offset, &plan.config, 0)?;
+        for_each_batch(segment, |batch| {
+            let last = last_in_segment(&batch);
+            let out = match clean_batch(&batch, &map, last, drop_tombstones)? {
+                Outcome::Whole => batch.to_vec(),
+                Outcome::Dropped => return Ok(()),
+                Outcome::Rewritten(encoded) => encoded,
+            };
+            let info = BatchInfo::from_header(&BatchHeader::parse(&out)?);
+            fresh.append(&[], &out, &info)
+        })?;
+        fresh.on_become_inactive()?;
+        let size_after = fresh.size_bytes();
+        drop(fresh);
+        if let Some(modified) = segment.modified {
+            let path = plan.scratch.join(segment_file_name(segment.base_offset, LOG_SUFFIX));
+            fs::OpenOptions::new().write(true).open(path)?.set_modified(modified)?;
         }
-        let total = set.records.len();
-        let kept: Vec<_> = set
-            .records
-            .into_iter()
-            .filter(|r| r.key.as_ref().is_none_or(|k| latest.get(k).is_none_or(|&l| l <= r.offset)))
-            .collect();
-        dropped += total - kept.len();
-        if kept.is_empty() {
-            continue;
-        }
-        if kept.len() == total {
-            out.push(keep_whole(raw)?);
-            continue;
-        }
-        let encoded = encode_batch(kept)?;
-        let header = BatchHeader::parse(&encoded).ok()?;
-        let info = BatchInfo::from_header(&header);
-        out.push((encoded, info));
+        rewritten.push(RewrittenSegment {
+            base_offset: segment.base_offset,
+            next_offset: segment.next_offset,
+            size_before: segment.size_bytes,
+            size_after,
+        });
     }
-    (dropped > 0).then_some(out)
+    Ok(CompactionResult { scratch: plan.scratch.clone(), end: plan.end, truncations: plan.truncations, rewritten })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn record(offset: i64, key: &'static str, value: Option<&'static str>) -> Record {
+        let (key, value) = (Bytes::from_static(key.as_bytes()), value.map(|v| Bytes::from_static(v.as_bytes())));
+        Record { partition_leader_epoch: 7, ..plain_record(offset, Some(key), value, 1000 + offset) }
+    }
+
     fn batch(records: &[(i64, &'static str, Option<&'static str>)]) -> Bytes {
-        let records: Vec<Record> = records
-            .iter()
-            .map(|(offset, key, value)| {
-                let (key, value) =
-                    (Bytes::from_static(key.as_bytes()), value.map(|v| Bytes::from_static(v.as_bytes())));
-                Record { partition_leader_epoch: 7, ..plain_record(*offset, Some(key), value, 1000 + offset) }
-            })
-            .collect();
+        let records = records.iter().map(|(o, k, v)| record(*o, k, *v)).collect();
         Bytes::from(encode_batch(records).expect("encodes"))
     }
 
-    fn decoded(batches: &[(Vec<u8>, BatchInfo)]) -> Vec<(i64, String, Option<String>)> {
-        let mut out = Vec::new();
-        for (raw, _) in batches {
-            let mut buf = Bytes::from(raw.clone());
-            for r in RecordBatchDecoder::decode(&mut buf).expect("decodes").records {
-                let text = |b: Option<Bytes>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
-                out.push((r.offset, text(r.key).unwrap_or_default(), text(r.value)));
-            }
+    fn encoded(records: &[Record], compression: Compression) -> Bytes {
+        let mut out = bytes::BytesMut::new();
+        RecordBatchEncoder::encode(&mut out, records, &RecordEncodeOptions { version: 2, compression })
+            .expect("encodes");
+        out.freeze()
+    }
+
+    fn kept(outcome: Outcome) -> Vec<(i64, String, Option<String>)> {
+        let Outcome::Rewritten(raw) = outcome else { panic!("not rewritten") };
+        BatchHeader::validate(&raw).expect("a valid batch");
+        let text = |b: Option<Bytes>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
+        decode(&Bytes::from(raw))
+            .expect("decodes")
+            .records
+            .into_iter()
+            .map(|r| (r.offset, text(r.key).unwrap_or_default(), text(r.value)))
+            .collect()
+    }
+
+    fn map_of(batches: &[&Bytes], end: i64) -> OffsetMap {
+        let mut map = OffsetMap::default();
+        for b in batches {
+            map.note(b, end).expect("notes");
         }
-        out
+        map
     }
 
     #[test]
@@ -154,30 +362,90 @@ mod tests {
         let b1 = batch(&[(0, "a", Some("1")), (1, "b", Some("1")), (2, "a", Some("2"))]);
         let b2 = batch(&[(3, "c", Some("1")), (4, "b", None)]);
         let b3 = batch(&[(5, "a", Some("3"))]);
-        let segment = Bytes::from([b1.to_vec(), b2.to_vec(), b3.to_vec()].concat());
-        let mut latest = HashMap::new();
-        note_latest(&segment, 5, &mut latest);
-        assert_eq!(latest[&Bytes::from_static(b"a")], 2, "offset 5 is past the end given");
-        note_latest(&segment, i64::MAX, &mut latest);
-        assert_eq!(latest[&Bytes::from_static(b"a")], 5);
-        let out = compact_segment(&segment, &latest).expect("something to drop");
-        // Batch 1 lost everything (a and b are superseded later); the tombstone of b
-        // stays; the last batch is kept whole.
+        // Offset 5 is past the end given: it supersedes nothing (the
+        // tombstone at 4 supersedes b at 1).
+        let map = map_of(&[&b1, &b2, &b3], 5);
         assert_eq!(
-            decoded(&out),
-            vec![(3, "c".into(), Some("1".into())), (4, "b".into(), None), (5, "a".into(), Some("3".into()))]
+            kept(clean_batch(&b1, &map, false, false).expect("cleans")),
+            vec![(2, "a".into(), Some("2".into()))]
         );
-        assert_eq!((out[0].1.base_offset, out[0].1.last_offset, out[0].1.partition_leader_epoch), (3, 4, 7));
-        assert_eq!(out.last().map(|(_, i)| i.last_offset), Some(5));
+        let map = map_of(&[&b1, &b2, &b3], i64::MAX);
+        assert!(matches!(clean_batch(&b1, &map, false, false).expect("cleans"), Outcome::Dropped));
+        assert!(matches!(clean_batch(&b1, &map, true, false).expect("cleans"), Outcome::Whole), "a segment's last");
+        // The tombstone of b stays until tombstones may go.
+        assert!(matches!(clean_batch(&b2, &map, false, false).expect("cleans"), Outcome::Whole));
+        assert_eq!(kept(clean_batch(&b2, &map, false, true).expect("cleans")), vec![(3, "c".into(), Some("1".into()))]);
     }
 
     #[test]
-    fn nothing_to_drop_or_foreign_batches_are_left_alone() {
-        let segment =
-            Bytes::from([batch(&[(0, "a", Some("1"))]).to_vec(), batch(&[(1, "b", Some("1"))]).to_vec()].concat());
-        let mut latest = HashMap::new();
-        note_latest(&segment, i64::MAX, &mut latest);
-        assert!(compact_segment(&segment, &latest).is_none());
-        assert!(compact_segment(&Bytes::from_static(b"garbage that is no batch"), &latest).is_none());
+    fn compressed_batches_keep_their_compression() {
+        let records = vec![record(0, "a", Some("1")), record(1, "b", Some("1")), record(2, "a", Some("2"))];
+        let records: Vec<Record> = records.into_iter().map(|r| Record { sequence: r.offset as i32 - 1, ..r }).collect();
+        for compression in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+            let b = encoded(&records, compression);
+            let map = map_of(&[&b], i64::MAX);
+            let Outcome::Rewritten(raw) = clean_batch(&b, &map, false, false).expect("cleans") else {
+                panic!("{compression:?}: not rewritten")
+            };
+            let header = BatchHeader::validate(&raw).expect("valid");
+            assert_eq!(header.compression_code(), compression as u8, "{compression:?}");
+            assert_eq!((header.base_offset(), header.last_offset()), (1, 2));
+            assert_eq!(kept(Outcome::Rewritten(raw)).len(), 2);
+        }
+    }
+
+    #[test]
+    fn a_producers_last_batch_stays_whole_and_its_earlier_ones_keep_their_sequences() {
+        let producer = |offset: i64, key: &'static str, sequence: i32| Record {
+            producer_id: 42,
+            producer_epoch: 3,
+            sequence,
+            ..record(offset, key, Some("v"))
+        };
+        let first = encoded(&[producer(0, "a", 10), producer(1, "b", 11), producer(2, "c", 12)], Compression::None);
+        let last = encoded(&[producer(3, "a", 13), producer(4, "b", 14)], Compression::None);
+        let map = map_of(&[&first, &last], i64::MAX);
+        assert!(matches!(clean_batch(&last, &map, false, false).expect("cleans"), Outcome::Whole));
+        let Outcome::Rewritten(raw) = clean_batch(&first, &map, false, false).expect("cleans") else {
+            panic!("not rewritten")
+        };
+        let header = BatchHeader::validate(&raw).expect("valid");
+        assert_eq!((header.producer_id(), header.producer_epoch(), header.base_sequence()), (42, 3, 12));
+        assert_eq!((header.base_offset(), header.last_offset()), (2, 2));
+        // Were every record of the last batch superseded, it would still stay whole.
+        let later = batch(&[(5, "a", Some("w")), (6, "b", Some("w"))]);
+        let map = map_of(&[&first, &last, &later], i64::MAX);
+        assert!(matches!(clean_batch(&last, &map, false, false).expect("cleans"), Outcome::Whole));
+    }
+
+    #[test]
+    fn log_append_time_survives_a_rewrite() {
+        let b = batch(&[(0, "a", Some("1")), (1, "a", Some("2")), (2, "b", Some("1"))]);
+        let mut raw = b.to_vec();
+        restore_log_append_time(&mut raw, 99_999);
+        let b = Bytes::from(raw);
+        assert!(BatchHeader::validate(&b).expect("valid").is_log_append_time());
+        let map = map_of(&[&b], i64::MAX);
+        let Outcome::Rewritten(out) = clean_batch(&b, &map, false, false).expect("cleans") else {
+            panic!("not rewritten")
+        };
+        let header = BatchHeader::validate(&out).expect("valid, CRC and all");
+        assert!(header.is_log_append_time());
+        assert_eq!(header.max_timestamp(), 99_999);
+    }
+
+    #[test]
+    fn control_and_undecodable_batches_are_kept() {
+        let control =
+            encoded(&[Record { control: true, producer_id: 9, ..record(0, "k", Some("v")) }], Compression::None);
+        let map = map_of(&[&control], i64::MAX);
+        assert!(map.latest.is_empty(), "a control batch supersedes nothing");
+        assert!(matches!(clean_batch(&control, &map, false, false).expect("cleans"), Outcome::Whole));
+        let mut broken = batch(&[(0, "a", Some("1")), (1, "a", Some("2"))]).to_vec();
+        let at = broken.len() - 3;
+        broken[at] ^= 0xff;
+        let broken = Bytes::from(broken);
+        let map = map_of(&[&broken], i64::MAX);
+        assert!(matches!(clean_batch(&broken, &map, false, false).expect("cleans"), Outcome::Whole));
     }
 }

@@ -47,7 +47,7 @@ pub const SEGMENT_BYTES_MAX: u64 = i32::MAX as u64;
 /// Per-log settings, named after Kafka's topic configs (`segment.bytes`,
 /// `segment.ms`, `retention.ms`, ...). `None` means "unset / unlimited",
 /// where Kafka would use -1 or leave the setting out.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// Roll to a new segment once the active one would exceed this size.
     pub segment_bytes: u64,
@@ -67,9 +67,21 @@ pub struct LogConfig {
     pub segment_index_bytes: u64,
     /// Largest batch accepted (`max.message.bytes`, whole batch size).
     pub max_message_bytes: u64,
-    /// Compact sealed segments (see [`compaction`]); Strom does this for
-    /// `__consumer_offsets` only.
+    /// Compact sealed segments (see [`compaction`]): `cleanup.policy`
+    /// includes compact.
     pub compact: bool,
+    /// `min.cleanable.dirty.ratio`: compact once the uncleaned part of the
+    /// cleanable log is at least this share of it.
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: a segment whose newest record is younger
+    /// is not cleaned yet (0: no lag).
+    pub min_compaction_lag_ms: u64,
+    /// `max.compaction.lag.ms`: an uncleaned segment older than this is
+    /// cleaned whatever the dirty ratio (`None`: no bound).
+    pub max_compaction_lag_ms: Option<u64>,
+    /// `delete.retention.ms`: a key's latest tombstone stays this long
+    /// after its segment was last written.
+    pub delete_retention_ms: u64,
     /// Refuse records without a key (`cleanup.policy` includes compact).
     pub keys_required: bool,
     /// `message.timestamp.type`: LogAppendTime stamps batches with the
@@ -97,6 +109,10 @@ impl Default for LogConfig {
             segment_index_bytes: 10_485_760,
             max_message_bytes: 1_048_588,
             compact: false,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: None,
+            delete_retention_ms: 86_400_000,
             keys_required: false,
             timestamp_type: TimestampType::CreateTime,
             timestamp_before_max_ms: None,
@@ -151,6 +167,10 @@ pub enum LogError {
     CorruptCheckpoint { path: PathBuf, reason: String },
     #[error("invalid log config: {0}")]
     InvalidConfig(&'static str),
+    /// A batch the cleaner could not decode or re-encode: it leaves the
+    /// segment as it is.
+    #[error("compaction: {0}")]
+    Compaction(String),
     /// Records the topic's configs refuse (KIP-467: answered per record).
     #[error(transparent)]
     InvalidRecords(#[from] RecordValidationError),

@@ -20,6 +20,7 @@ use tracing::{info, warn};
 
 use super::batch::{self, split_record_set, BatchHeader};
 use super::checkpoint::{sync_dir, TMP_SUFFIX};
+use super::compaction::{CompactionPlan, CompactionResult, PlannedSegment};
 use super::leader_epoch::{EpochEndOffset, EpochEntry, LeaderEpochCache};
 use super::segment::{
     parse_segment_file_name, segment_file_name, BatchInfo, LogSegment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
@@ -77,6 +78,11 @@ pub struct PartitionLog {
     /// first segment's base (0 otherwise); kept in `log-start-offset`.
     start_offset: i64,
 }
+
+/// The directory, in a partition's directory, where compaction builds the
+/// segments it swaps in (left over after a crash, it is emptied by the next
+/// pass).
+pub const COMPACTION_SCRATCH_DIR: &str = "compacting";
 
 /// The file, in a partition's directory, that keeps a log start offset
 /// DeleteRecords set inside the first segment (Kafka keeps one
@@ -533,69 +539,115 @@ impl PartitionLog {
         Ok(outcome)
     }
 
-    /// Compacts the sealed segments wholly below `cleanable_end` (the high
-    /// watermark): drops records superseded by a later record of the same key
-    /// below that end (see [`super::compaction`]). Each rewritten segment is
-    /// built beside the log, fsynced, and swapped in by renames: its indexes
-    /// go first, so a crash in between leaves a segment whose indexes are
-    /// rebuilt on open. Returns the number of segments rewritten.
-    pub fn compact(&mut self, cleanable_end: i64, now_ms: i64) -> Result<usize> {
+    /// Step 1 of a compaction pass (see [`super::compaction`]): the sealed
+    /// segments to clean, below `high_watermark`, or `None` when no pass is
+    /// due.
+    pub fn plan_compaction(&self, high_watermark: i64, now_ms: i64) -> Result<Option<CompactionPlan>> {
+        if !self.config.compact {
+            return Ok(None);
+        }
         let active_base = self.active().base_offset();
-        let sealed: Vec<i64> = self
+        let lag = self.config.min_compaction_lag_ms as i64;
+        let cleanable: Vec<&LogSegment> = self
             .segments
             .values()
-            .filter(|s| s.base_offset() != active_base && s.next_offset() <= cleanable_end)
-            .map(LogSegment::base_offset)
+            .take_while(|s| {
+                s.base_offset() != active_base
+                    && s.next_offset() <= high_watermark
+                    && (lag == 0 || s.largest_timestamp() <= now_ms.saturating_sub(lag))
+            })
             .collect();
-        let sealed_end = sealed.last().map_or(0, |b| self.segments[b].next_offset());
-        if sealed.is_empty() || sealed_end <= self.compacted_up_to {
-            return Ok(0);
-        }
-        let whole = |s: &LogSegment| -> Result<Bytes> {
-            Ok(s.read(s.base_offset(), s.size_bytes() as usize, i64::MAX, true)?.map(Bytes::from).unwrap_or_default())
-        };
-        let mut latest = std::collections::HashMap::new();
-        for s in self.segments.values() {
-            super::compaction::note_latest(&whole(s)?, cleanable_end, &mut latest);
-        }
-        let scratch = self.dir.join("compacting");
-        match fs::remove_dir_all(&scratch) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-            _ => {}
-        }
-        fs::create_dir_all(&scratch)?;
-        let mut rewritten = 0;
-        for base in sealed {
-            let raw = whole(&self.segments[&base])?;
-            let Some(batches) = super::compaction::compact_segment(&raw, &latest) else { continue };
-            let mut fresh = LogSegment::create(&scratch, base, &self.config, now_ms)?;
-            for (batch, info) in &batches {
-                fresh.append(&[], batch, info)?;
+        let Some(last) = cleanable.last() else { return Ok(None) };
+        let end = last.next_offset();
+        let (mut clean, mut dirty) = (0u64, 0u64);
+        let mut oldest_dirty = None;
+        for s in &cleanable {
+            if s.next_offset() <= self.compacted_up_to {
+                clean += s.size_bytes();
+            } else {
+                dirty += s.size_bytes();
+                oldest_dirty.get_or_insert(s.largest_timestamp());
             }
-            fresh.on_become_inactive()?;
-            let new_size = fresh.size_bytes();
-            drop(fresh);
-            let name = |suffix| segment_file_name(base, suffix);
-            for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                match fs::remove_file(self.dir.join(name(suffix))) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                    _ => {}
+        }
+        let Some(oldest_dirty) = oldest_dirty else { return Ok(None) };
+        let ratio = dirty as f64 / (clean + dirty).max(1) as f64;
+        let overdue =
+            self.config.max_compaction_lag_ms.is_some_and(|max| oldest_dirty < now_ms.saturating_sub(max as i64));
+        if ratio < self.config.min_cleanable_dirty_ratio && !overdue {
+            return Ok(None);
+        }
+        let segments = cleanable
+            .iter()
+            .map(|s| {
+                let file = s.log_file().clone();
+                let modified = file.metadata()?.modified().ok();
+                Ok(PlannedSegment {
+                    base_offset: s.base_offset(),
+                    next_offset: s.next_offset(),
+                    size_bytes: s.size_bytes(),
+                    file,
+                    modified,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(CompactionPlan {
+            scratch: self.dir.join(COMPACTION_SCRATCH_DIR),
+            config: self.config.clone(),
+            end,
+            segments,
+            truncations: self.truncations,
+        }))
+    }
+
+    /// Step 3 of a compaction pass: swaps in the rewritten segments whose
+    /// originals are still the segments that were read (each is built
+    /// beside the log and fsynced; its indexes go first, so a crash in
+    /// between leaves a segment whose indexes are rebuilt on open). Returns
+    /// the number of segments swapped.
+    pub fn install_compacted(&mut self, result: CompactionResult, now_ms: i64) -> Result<usize> {
+        let mut swapped = 0;
+        if result.truncations == self.truncations {
+            let active_base = self.active().base_offset();
+            for r in &result.rewritten {
+                let unchanged = self.segments.get(&r.base_offset).is_some_and(|s| {
+                    s.base_offset() != active_base
+                        && s.next_offset() == r.next_offset
+                        && s.size_bytes() == r.size_before
+                });
+                if !unchanged {
+                    continue;
                 }
+                let name = |suffix| segment_file_name(r.base_offset, suffix);
+                for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                    match fs::remove_file(self.dir.join(name(suffix))) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                        _ => {}
+                    }
+                }
+                for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                    fs::rename(result.scratch.join(name(suffix)), self.dir.join(name(suffix)))?;
+                }
+                sync_dir(&self.dir)?;
+                self.segments.remove(&r.base_offset);
+                let (reopened, _) = LogSegment::open_and_recover(&self.dir, r.base_offset, &self.config, now_ms)?;
+                self.segments.insert(r.base_offset, reopened);
+                info!(topic = %self.topic, partition = self.partition, base_offset = r.base_offset,
+                    bytes_before = r.size_before, bytes_after = r.size_after, "compacted log segment");
+                swapped += 1;
             }
-            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                fs::rename(scratch.join(name(suffix)), self.dir.join(name(suffix)))?;
-            }
-            sync_dir(&self.dir)?;
-            self.segments.remove(&base);
-            let (reopened, _) = LogSegment::open_and_recover(&self.dir, base, &self.config, now_ms)?;
-            self.segments.insert(base, reopened);
-            info!(topic = %self.topic, partition = self.partition, base_offset = base, bytes_before = raw.len(),
-                bytes_after = new_size, "compacted log segment");
-            rewritten += 1;
+            self.compacted_up_to = self.compacted_up_to.max(result.end);
         }
-        fs::remove_dir_all(&scratch)?;
-        self.compacted_up_to = sealed_end;
-        Ok(rewritten)
+        fs::remove_dir_all(&result.scratch)?;
+        Ok(swapped)
+    }
+
+    /// A whole compaction pass below `high_watermark`, holding the log
+    /// throughout (the partition layer runs step 2 without its lock).
+    /// Returns the number of segments rewritten.
+    pub fn compact(&mut self, high_watermark: i64, now_ms: i64) -> Result<usize> {
+        let Some(plan) = self.plan_compaction(high_watermark, now_ms)? else { return Ok(0) };
+        let result = super::compaction::clean(&plan, std::time::SystemTime::now())?;
+        self.install_compacted(result, now_ms)
     }
 
     /// Removes every record at or after `target_offset` (a whole batch if

@@ -836,3 +836,88 @@ fn a_slice_cut_by_bytes_ends_at_the_last_whole_batch() {
         assert_eq!(slice.len() as u64, expected, "max_bytes {max_bytes}");
     }
 }
+
+/// A log of `batches` two-record batches over the keys g0..g3 (every key
+/// written many times), with timestamps `ts`.
+fn keyed_log(dir: &Path, config: LogConfig, batches: usize) -> PartitionLog {
+    let mut log = open(dir, config, 0);
+    for i in 0..batches {
+        let (a, b) = (format!("g{}", i % 4), format!("g{}", (i + 1) % 4));
+        let mut batch = keyed_batch(&[(a.as_str(), Some("v")), (b.as_str(), Some("w"))]);
+        log.append_in_place(&mut batch, 0, 0).unwrap();
+    }
+    log
+}
+
+#[test]
+fn a_tombstone_goes_once_its_segment_is_older_than_delete_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { compact: true, segment_bytes: 600, delete_retention_ms: 3_600_000, ..small_config() };
+    let mut log = open(dir.path(), config.clone(), 0);
+    let mut batch = keyed_batch(&[("gone", Some("v")), ("x", Some("1"))]);
+    log.append_in_place(&mut batch, 0, 0).unwrap();
+    let mut batch = keyed_batch(&[("gone", None), ("x", Some("2"))]);
+    log.append_in_place(&mut batch, 0, 0).unwrap();
+    for i in 0..30 {
+        let mut batch = keyed_batch(&[("x", Some(format!("{i}").as_str())), ("y", Some("1"))]);
+        log.append_in_place(&mut batch, 0, 0).unwrap();
+    }
+    let end = log.log_end_offset();
+    assert!(log.compact(end, 0).unwrap() > 0);
+    let tombstone = |log: &PartitionLog| read_records(log).iter().any(|r| r.1 == "gone" && r.2.is_none());
+    assert!(tombstone(&log), "a fresh tombstone stays");
+    assert!(!read_records(&log).iter().any(|r| r.1 == "gone" && r.2.is_some()), "its key's value went");
+    // delete.retention.ms of 0: the segment is older than that; the next pass
+    // (dirty ratio 0, as nothing new was written) drops the tombstone.
+    log.set_config(LogConfig { delete_retention_ms: 0, min_cleanable_dirty_ratio: 0.0, ..config }).unwrap();
+    log.compacted_up_to = 0;
+    assert!(log.compact(end, 0).unwrap() > 0);
+    assert!(!tombstone(&log), "the old tombstone went");
+    assert_eq!(log.log_end_offset(), end);
+}
+
+#[test]
+fn min_compaction_lag_keeps_young_segments_and_the_dirty_ratio_waits_for_enough_new_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        compact: true,
+        segment_bytes: 600,
+        min_compaction_lag_ms: 10_000,
+        min_cleanable_dirty_ratio: 0.99,
+        ..small_config()
+    };
+    // The records' timestamps are 1,000 (keyed_batch). The first pass cleans
+    // everything (nothing was clean: a ratio of 1).
+    let mut log = keyed_log(dir.path(), config.clone(), 40);
+    let end = log.log_end_offset();
+    assert_eq!(log.compact(end, 5_000).unwrap(), 0, "every segment is younger than the lag");
+    assert!(log.compact(end, 20_000).unwrap() > 0, "older than the lag: cleaned");
+    // New data, but less than 99% of the cleanable log: no pass.
+    for _ in 0..6 {
+        let mut batch = keyed_batch(&[("g0", Some("late")), ("g1", Some("late"))]);
+        log.append_in_place(&mut batch, 0, 0).unwrap();
+    }
+    let end = log.log_end_offset();
+    assert!(log.plan_compaction(end, 20_000).unwrap().is_none(), "under the dirty ratio");
+    // max.compaction.lag.ms forces it.
+    log.set_config(LogConfig { max_compaction_lag_ms: Some(1), ..config }).unwrap();
+    assert!(log.plan_compaction(end, 20_000).unwrap().is_some(), "overdue");
+}
+
+#[test]
+fn a_segment_that_changed_while_it_was_cleaned_is_not_swapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { compact: true, segment_bytes: 600, ..small_config() };
+    let mut log = keyed_log(dir.path(), config, 40);
+    let end = log.log_end_offset();
+    let before = read_records(&log);
+    let plan = log.plan_compaction(end, 0).unwrap().expect("a pass is due");
+    let result = super::super::compaction::clean(&plan, std::time::SystemTime::now()).unwrap();
+    assert!(!result.rewritten.is_empty());
+    // A truncation between the clean and the swap: nothing is swapped.
+    assert!(log.truncate_to(end - 1).unwrap());
+    assert_eq!(log.install_compacted(result, 0).unwrap(), 0);
+    let kept: Vec<_> = before.iter().filter(|r| r.0 < log.log_end_offset()).cloned().collect();
+    assert_eq!(read_records(&log), kept);
+    assert!(!dir.path().join(partition_dir_name(TOPIC, PARTITION)).join(COMPACTION_SCRATCH_DIR).exists());
+}

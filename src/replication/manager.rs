@@ -93,7 +93,7 @@ pub struct ReplicaManager {
 
 /// A topic's log settings and `min.insync.replicas`, from its effective
 /// configs (`settings` already carries the dynamic broker configs).
-pub fn topic_settings(settings: &Settings, topic: &str, configs: &BTreeMap<String, String>) -> (LogConfig, usize) {
+pub fn topic_settings(settings: &Settings, configs: &BTreeMap<String, String>) -> (LogConfig, usize) {
     let eff = settings.topic_effective(configs);
     let int = |k: &str| eff.get(k).and_then(|v| v.parse::<i64>().ok());
     let positive = |k: &str| int(k).filter(|v| *v >= 0).map(|v| v as u64);
@@ -101,7 +101,8 @@ pub fn topic_settings(settings: &Settings, topic: &str, configs: &BTreeMap<Strin
     let bound = |k: &str| positive(k).filter(|v| *v < i64::MAX as u64);
     let defaults = LogConfig::default();
     let min_insync = int("min.insync.replicas").filter(|v| *v >= 1).map_or(1, |v| v as usize);
-    let compact_policy = eff.get("cleanup.policy").is_some_and(|p| p.split(',').any(|i| i.trim() == "compact"));
+    let policy = |name: &str| eff.get("cleanup.policy").is_some_and(|p| p.split(',').any(|i| i.trim() == name));
+    let (compact_policy, delete_policy) = (policy("compact"), policy("delete"));
     // KIP-937: before/after, when left at "no bound", fall back to the
     // deprecated message.timestamp.difference.max.ms.
     let difference = bound("message.timestamp.difference.max.ms");
@@ -112,17 +113,24 @@ pub fn topic_settings(settings: &Settings, topic: &str, configs: &BTreeMap<Strin
     let config = LogConfig {
         segment_bytes: positive("segment.bytes").unwrap_or(defaults.segment_bytes),
         segment_ms: positive("segment.ms").unwrap_or(defaults.segment_ms),
-        retention_ms: positive("retention.ms"),
-        retention_bytes: positive("retention.bytes"),
+        // cleanup.policy=compact alone keeps every segment (Kafka's meaning);
+        // compact,delete applies retention too.
+        retention_ms: positive("retention.ms").filter(|_| delete_policy),
+        retention_bytes: positive("retention.bytes").filter(|_| delete_policy),
         flush_messages: positive("flush.messages"),
         flush_ms: positive("flush.ms"),
         index_interval_bytes: positive("index.interval.bytes").unwrap_or(defaults.index_interval_bytes).max(1),
         // Kafka accepts 4; the smallest index Strom keeps holds one time index entry.
         segment_index_bytes: positive("segment.index.bytes").unwrap_or(defaults.segment_index_bytes).max(12),
         max_message_bytes: positive("max.message.bytes").unwrap_or(defaults.max_message_bytes),
-        // Compaction rewrites only what the group coordinator writes; other
-        // topics with cleanup.policy=compact are still cleaned by retention.
-        compact: topic == crate::group::OFFSETS_TOPIC && compact_policy,
+        compact: compact_policy,
+        min_cleanable_dirty_ratio: eff
+            .get("min.cleanable.dirty.ratio")
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(defaults.min_cleanable_dirty_ratio),
+        min_compaction_lag_ms: positive("min.compaction.lag.ms").unwrap_or(defaults.min_compaction_lag_ms),
+        max_compaction_lag_ms: bound("max.compaction.lag.ms"),
+        delete_retention_ms: positive("delete.retention.ms").unwrap_or(defaults.delete_retention_ms),
         keys_required: compact_policy,
         timestamp_type,
         timestamp_before_max_ms: bound("message.timestamp.before.max.ms").or(difference),
@@ -223,7 +231,7 @@ impl ReplicaManager {
         self.leader_throttle.set_rate(rate("leader.replication.throttled.rate"));
         self.follower_throttle.set_rate(rate("follower.replication.throttled.rate"));
         for topic in image.topics.values() {
-            let (config, min_insync) = topic_settings(&settings, &topic.name, &topic.configs);
+            let (config, min_insync) = topic_settings(&settings, &topic.configs);
             for (&index, p) in &topic.partitions {
                 if !p.replicas.contains(&self.broker_id) {
                     continue;
@@ -322,9 +330,9 @@ impl ReplicaManager {
             let (config, min_insync) = match image.topics.values().find(|t| t.name == key.0) {
                 Some(t) => match t.partitions.get(&key.1) {
                     Some(p) if !p.replicas.contains(&self.broker_id) => continue,
-                    _ => topic_settings(&settings, &t.name, &t.configs),
+                    _ => topic_settings(&settings, &t.configs),
                 },
-                None => topic_settings(&settings, &key.0, &no_configs),
+                None => topic_settings(&settings, &no_configs),
             };
             todo.push((key, config, min_insync));
         }
@@ -400,8 +408,13 @@ impl ReplicaManager {
         }
     }
 
-    fn retention(&self) {
+    /// Compaction and retention of every log, on a blocking thread (they
+    /// read and write whole segments); stops early at shutdown.
+    fn retention(&self, shutdown: &watch::Receiver<bool>) {
         for p in self.all() {
+            if *shutdown.borrow() {
+                return;
+            }
             if let Err(e) = p.apply_retention() {
                 tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed");
             }
@@ -419,6 +432,7 @@ impl ReplicaManager {
         let mut checkpoint = tokio::time::interval(CHECKPOINT_EVERY);
         let mut retention =
             tokio::time::interval(Duration::from_millis(self.settings.u64("log.retention.check.interval.ms").max(100)));
+        let cleaning = Arc::new(std::sync::atomic::AtomicBool::new(false));
         for t in [&mut flush, &mut checkpoint, &mut retention] {
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         }
@@ -431,7 +445,16 @@ impl ReplicaManager {
                 }
                 _ = flush.tick() => self.flush_due(),
                 _ = checkpoint.tick() => self.write_checkpoint(),
-                _ = retention.tick() => self.retention(),
+                _ = retention.tick() => {
+                    // One pass at a time; the loop goes on following the image meanwhile.
+                    if !cleaning.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                        let (me, cleaning, stop) = (self.clone(), cleaning.clone(), shutdown.clone());
+                        tokio::task::spawn_blocking(move || {
+                            me.retention(&stop);
+                            cleaning.store(false, std::sync::atomic::Ordering::Release);
+                        });
+                    }
+                }
                 _ = shutdown.changed() => break,
             }
         }
@@ -446,5 +469,45 @@ impl ReplicaManager {
             }
         }
         self.write_checkpoint();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn cleanup_policy_decides_compaction_and_retention() {
+        let settings = Settings::default();
+        let (compact, _) = topic_settings(
+            &settings,
+            &configs(&[
+                ("cleanup.policy", "compact"),
+                ("retention.ms", "1000"),
+                ("min.cleanable.dirty.ratio", "0.1"),
+                ("min.compaction.lag.ms", "5000"),
+                ("max.compaction.lag.ms", "60000"),
+                ("delete.retention.ms", "7"),
+            ]),
+        );
+        assert!(compact.compact && compact.keys_required);
+        assert_eq!((compact.retention_ms, compact.retention_bytes), (None, None), "compact alone keeps everything");
+        assert_eq!(compact.min_cleanable_dirty_ratio, 0.1);
+        assert_eq!(
+            (compact.min_compaction_lag_ms, compact.max_compaction_lag_ms, compact.delete_retention_ms),
+            (5000, Some(60000), 7)
+        );
+        let (both, _) =
+            topic_settings(&settings, &configs(&[("cleanup.policy", "compact,delete"), ("retention.ms", "1000")]));
+        assert!(both.compact);
+        assert_eq!(both.retention_ms, Some(1000));
+        assert_eq!((both.max_compaction_lag_ms, both.delete_retention_ms), (None, 86_400_000), "Kafka's defaults");
+        let (delete, _) = topic_settings(&settings, &configs(&[("retention.ms", "1000")]));
+        assert!(!delete.compact && !delete.keys_required);
+        assert_eq!(delete.retention_ms, Some(1000));
     }
 }

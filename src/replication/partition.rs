@@ -1035,12 +1035,28 @@ impl Partition {
         Ok(())
     }
 
+    /// Compaction (where `cleanup.policy` has it), then retention. Blocks
+    /// on disk: call it off the async threads. Compaction reads and writes
+    /// segments without the partition's lock (see [`crate::log::compaction`]).
     pub fn apply_retention(&self) -> Result<(), LogError> {
+        let plan = {
+            let st = self.state();
+            st.log.plan_compaction(st.high_watermark, wall_ms())?
+        };
+        if let Some(plan) = plan {
+            let result = crate::log::compaction::clean(&plan, std::time::SystemTime::now());
+            let mut st = self.state();
+            match result {
+                Ok(result) => {
+                    st.log.install_compacted(result, wall_ms())?;
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "compaction failed");
+                }
+            }
+        }
         let mut st = self.state();
         let hw = st.high_watermark;
-        if st.log.config().compact {
-            st.log.compact(hw, wall_ms())?;
-        }
         let out = st.log.apply_retention(wall_ms(), hw)?;
         if out.deleted_segments > 0 {
             tracing::info!(topic = %self.topic, partition = self.index, segments = out.deleted_segments,
