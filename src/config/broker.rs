@@ -211,6 +211,13 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
     def("log.cleaner.min.compaction.lag.ms", Some("0"), int(0, I64_MAX), "default min.compaction.lag.ms").dynamic(),
     def("log.cleaner.max.compaction.lag.ms", Some(LONG_MAX_TEXT), int(1, I64_MAX), "default max.compaction.lag.ms")
         .dynamic(),
+    def(
+        "log.cleaner.io.max.bytes.per.second",
+        Some("1.7976931348623157E308"),
+        Kind::Double { min: 0.0, max: f64::MAX },
+        "bytes per second the log cleaner reads and writes, all partitions together (Kafka's default: no bound)",
+    )
+    .dynamic(),
     def("log.segment.delete.delay.ms", Some("60000"), int(0, I64_MAX), "default file.delete.delay.ms").dynamic(),
     def("log.preallocate", Some("false"), Kind::Bool, "default preallocate").dynamic(),
     def("log.roll.jitter.ms", Some("0"), int(0, I64_MAX), "default segment.jitter.ms").dynamic(),

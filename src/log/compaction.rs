@@ -33,7 +33,7 @@ use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use kafka_protocol::records::{
@@ -199,6 +199,34 @@ fn read_at(file: &File, position: u64, len: u64) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Paces the cleaner's reads and writes to
+/// `log.cleaner.io.max.bytes.per.second`, sleeping in short steps, and
+/// ends the pass when the node stops.
+struct Throttle<'a> {
+    rate: Option<f64>,
+    started: Instant,
+    bytes: f64,
+    stopping: &'a dyn Fn() -> bool,
+}
+
+impl Throttle<'_> {
+    fn spend(&mut self, bytes: usize) -> Result<()> {
+        self.bytes += bytes as f64;
+        loop {
+            if (self.stopping)() {
+                return Err(LogError::Compaction("the node is stopping".into()));
+            }
+            let Some(rate) = self.rate else { return Ok(()) };
+            let due = self.bytes / rate.max(1.0);
+            let ahead = due - self.started.elapsed().as_secs_f64();
+            if ahead <= 0.0 {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_secs_f64(ahead.min(0.1)));
+        }
+    }
+}
+
 /// What becomes of one batch: kept as it is, dropped, or re-encoded around
 /// the records that stay.
 enum Outcome {
@@ -258,10 +286,16 @@ fn restore_log_append_time(batch: &mut [u8], append_time: i64) {
 }
 
 /// Step 2 of a pass, without the partition's lock (see the module's doc).
-pub fn clean(plan: &CompactionPlan, now: SystemTime) -> Result<CompactionResult> {
+/// `stopping` ends a throttled pass early, with an error.
+pub fn clean(plan: &CompactionPlan, now: SystemTime, stopping: &dyn Fn() -> bool) -> Result<CompactionResult> {
+    let mut throttle =
+        Throttle { rate: plan.config.cleaner_io_max_bytes_per_second, started: Instant::now(), bytes: 0.0, stopping };
     let mut map = OffsetMap::default();
     for segment in &plan.segments {
-        for_each_batch(segment, |batch| map.note(&batch, plan.end))?;
+        for_each_batch(segment, |batch| {
+            throttle.spend(batch.len())?;
+            map.note(&batch, plan.end)
+        })?;
     }
     match fs::remove_dir_all(&plan.scratch) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
@@ -279,6 +313,7 @@ pub fn clean(plan: &CompactionPlan, now: SystemTime) -> Result<CompactionResult>
         // A first read decides whether the segment loses anything at all.
         let mut loses = false;
         for_each_batch(segment, |batch| {
+            throttle.spend(batch.len())?;
             if !loses {
                 let last = last_in_segment(&batch);
                 loses = !matches!(clean_batch(&batch, &map, last, drop_tombstones)?, Outcome::Whole);
@@ -290,12 +325,14 @@ pub fn clean(plan: &CompactionPlan, now: SystemTime) -> Result<CompactionResult>
         }
         let mut fresh = LogSegment::create(&plan.scratch, segment.base_offset, &plan.config, 0)?;
         for_each_batch(segment, |batch| {
+            throttle.spend(batch.len())?;
             let last = last_in_segment(&batch);
             let out = match clean_batch(&batch, &map, last, drop_tombstones)? {
                 Outcome::Whole => batch.to_vec(),
                 Outcome::Dropped => return Ok(()),
                 Outcome::Rewritten(encoded) => encoded,
             };
+            throttle.spend(out.len())?;
             let info = BatchInfo::from_header(&BatchHeader::parse(&out)?);
             fresh.append(&[], &out, &info)
         })?;

@@ -82,6 +82,9 @@ pub struct LogConfig {
     /// `delete.retention.ms`: a key's latest tombstone stays this long
     /// after its segment was last written.
     pub delete_retention_ms: u64,
+    /// `log.cleaner.io.max.bytes.per.second` (a broker setting): the pace
+    /// of the cleaner's reads and writes (`None`: no bound).
+    pub cleaner_io_max_bytes_per_second: Option<f64>,
     /// Refuse records without a key (`cleanup.policy` includes compact).
     pub keys_required: bool,
     /// `message.timestamp.type`: LogAppendTime stamps batches with the
@@ -113,6 +116,7 @@ impl Default for LogConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: None,
             delete_retention_ms: 86_400_000,
+            cleaner_io_max_bytes_per_second: None,
             keys_required: false,
             timestamp_type: TimestampType::CreateTime,
             timestamp_before_max_ms: None,

@@ -646,7 +646,7 @@ impl PartitionLog {
     /// Returns the number of segments rewritten.
     pub fn compact(&mut self, high_watermark: i64, now_ms: i64) -> Result<usize> {
         let Some(plan) = self.plan_compaction(high_watermark, now_ms)? else { return Ok(0) };
-        let result = super::compaction::clean(&plan, std::time::SystemTime::now())?;
+        let result = super::compaction::clean(&plan, std::time::SystemTime::now(), &|| false)?;
         self.install_compacted(result, now_ms)
     }
 

@@ -912,7 +912,7 @@ fn a_segment_that_changed_while_it_was_cleaned_is_not_swapped() {
     let end = log.log_end_offset();
     let before = read_records(&log);
     let plan = log.plan_compaction(end, 0).unwrap().expect("a pass is due");
-    let result = super::super::compaction::clean(&plan, std::time::SystemTime::now()).unwrap();
+    let result = super::super::compaction::clean(&plan, std::time::SystemTime::now(), &|| false).unwrap();
     assert!(!result.rewritten.is_empty());
     // A truncation between the clean and the swap: nothing is swapped.
     assert!(log.truncate_to(end - 1).unwrap());
@@ -920,4 +920,24 @@ fn a_segment_that_changed_while_it_was_cleaned_is_not_swapped() {
     let kept: Vec<_> = before.iter().filter(|r| r.0 < log.log_end_offset()).cloned().collect();
     assert_eq!(read_records(&log), kept);
     assert!(!dir.path().join(partition_dir_name(TOPIC, PARTITION)).join(COMPACTION_SCRATCH_DIR).exists());
+}
+
+#[test]
+fn the_cleaner_keeps_to_its_io_rate_and_stops_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { compact: true, segment_bytes: 600, ..small_config() };
+    let mut log = keyed_log(dir.path(), config.clone(), 40);
+    let end = log.log_end_offset();
+    let sealed: u64 = log.segments.values().filter(|s| s.next_offset() <= end).map(|s| s.size_bytes()).sum();
+    // Every sealed byte is read at least twice (the key map, then the check
+    // of what goes): at sealed / 0.2 bytes a second that takes 0.4 s or more.
+    let rate = sealed as f64 / 0.2;
+    log.set_config(LogConfig { cleaner_io_max_bytes_per_second: Some(rate), ..config }).unwrap();
+    let plan = log.plan_compaction(end, 0).unwrap().expect("a pass is due");
+    let stopped = super::super::compaction::clean(&plan, std::time::SystemTime::now(), &|| true);
+    assert!(matches!(stopped, Err(LogError::Compaction(_))), "a stopping node ends a throttled pass");
+    let started = std::time::Instant::now();
+    let result = super::super::compaction::clean(&plan, std::time::SystemTime::now(), &|| false).unwrap();
+    assert!(started.elapsed() >= std::time::Duration::from_millis(380), "{:?}", started.elapsed());
+    assert!(log.install_compacted(result, 0).unwrap() > 0);
 }

@@ -131,6 +131,10 @@ pub fn topic_settings(settings: &Settings, configs: &BTreeMap<String, String>) -
         min_compaction_lag_ms: positive("min.compaction.lag.ms").unwrap_or(defaults.min_compaction_lag_ms),
         max_compaction_lag_ms: bound("max.compaction.lag.ms"),
         delete_retention_ms: positive("delete.retention.ms").unwrap_or(defaults.delete_retention_ms),
+        cleaner_io_max_bytes_per_second: settings
+            .get("log.cleaner.io.max.bytes.per.second")
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|rate| *rate < f64::MAX / 2.0),
         keys_required: compact_policy,
         timestamp_type,
         timestamp_before_max_ms: bound("message.timestamp.before.max.ms").or(difference),
@@ -415,7 +419,7 @@ impl ReplicaManager {
             if *shutdown.borrow() {
                 return;
             }
-            if let Err(e) = p.apply_retention() {
+            if let Err(e) = p.apply_retention(&|| *shutdown.borrow()) {
                 tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention failed");
             }
         }

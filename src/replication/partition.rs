@@ -1038,13 +1038,13 @@ impl Partition {
     /// Compaction (where `cleanup.policy` has it), then retention. Blocks
     /// on disk: call it off the async threads. Compaction reads and writes
     /// segments without the partition's lock (see [`crate::log::compaction`]).
-    pub fn apply_retention(&self) -> Result<(), LogError> {
+    pub fn apply_retention(&self, stopping: &dyn Fn() -> bool) -> Result<(), LogError> {
         let plan = {
             let st = self.state();
             st.log.plan_compaction(st.high_watermark, wall_ms())?
         };
         if let Some(plan) = plan {
-            let result = crate::log::compaction::clean(&plan, std::time::SystemTime::now());
+            let result = crate::log::compaction::clean(&plan, std::time::SystemTime::now(), stopping);
             let mut st = self.state();
             match result {
                 Ok(result) => {
