@@ -113,12 +113,13 @@ pub struct CompactionResult {
     pub(super) rewritten: Vec<RewrittenSegment>,
 }
 
+/// A segment written by a pass, to replace one or more consecutive
+/// segments (merged into one when they fit).
 #[derive(Debug)]
 pub struct RewrittenSegment {
     pub(super) base_offset: i64,
-    /// The original's end and size, checked again before the swap.
-    pub(super) next_offset: i64,
-    pub(super) size_before: u64,
+    /// Each original's base offset, end and size, checked again before the swap.
+    pub(super) replaces: Vec<(i64, i64, u64)>,
     pub(super) size_after: u64,
 }
 
@@ -304,53 +305,89 @@ pub fn clean(plan: &CompactionPlan, now: SystemTime, stopping: &dyn Fn() -> bool
     fs::create_dir_all(&plan.scratch)?;
     let retention = Duration::from_millis(plan.config.delete_retention_ms);
     let mut rewritten = Vec::new();
-    for segment in &plan.segments {
-        let drop_tombstones =
-            segment.modified.and_then(|m| now.duration_since(m).ok()).is_some_and(|age| age > retention);
-        let last_in_segment = |batch: &Bytes| {
+    for group in merge_groups(&plan.segments, &plan.config) {
+        let drop_tombstones = |segment: &PlannedSegment| {
+            segment.modified.and_then(|m| now.duration_since(m).ok()).is_some_and(|age| age > retention)
+        };
+        let last_in_segment = |segment: &PlannedSegment, batch: &Bytes| {
             BatchHeader::parse(batch).map(|h| h.last_offset() + 1 >= segment.next_offset).unwrap_or(true)
         };
-        // A first read decides whether the segment loses anything at all.
-        let mut loses = false;
-        for_each_batch(segment, |batch| {
-            throttle.spend(batch.len())?;
+        if let [segment] = group {
+            // Alone: rewritten only if it loses something, which a first read decides.
+            let mut loses = false;
+            for_each_batch(segment, |batch| {
+                throttle.spend(batch.len())?;
+                if !loses {
+                    let last = last_in_segment(segment, &batch);
+                    loses = !matches!(clean_batch(&batch, &map, last, drop_tombstones(segment))?, Outcome::Whole);
+                }
+                Ok(())
+            })?;
             if !loses {
-                let last = last_in_segment(&batch);
-                loses = !matches!(clean_batch(&batch, &map, last, drop_tombstones)?, Outcome::Whole);
+                continue;
             }
-            Ok(())
-        })?;
-        if !loses {
-            continue;
         }
-        let mut fresh = LogSegment::create(&plan.scratch, segment.base_offset, &plan.config, 0)?;
-        for_each_batch(segment, |batch| {
-            throttle.spend(batch.len())?;
-            let last = last_in_segment(&batch);
-            let out = match clean_batch(&batch, &map, last, drop_tombstones)? {
-                Outcome::Whole => batch.to_vec(),
-                Outcome::Dropped => return Ok(()),
-                Outcome::Rewritten(encoded) => encoded,
-            };
-            throttle.spend(out.len())?;
-            let info = BatchInfo::from_header(&BatchHeader::parse(&out)?);
-            fresh.append(&[], &out, &info)
-        })?;
+        let base_offset = group[0].base_offset;
+        let mut fresh = LogSegment::create(&plan.scratch, base_offset, &plan.config, 0)?;
+        for segment in group {
+            for_each_batch(segment, |batch| {
+                throttle.spend(batch.len())?;
+                let last = last_in_segment(segment, &batch);
+                let out = match clean_batch(&batch, &map, last, drop_tombstones(segment))? {
+                    Outcome::Whole => batch.to_vec(),
+                    Outcome::Dropped => return Ok(()),
+                    Outcome::Rewritten(encoded) => encoded,
+                };
+                throttle.spend(out.len())?;
+                let info = BatchInfo::from_header(&BatchHeader::parse(&out)?);
+                fresh.append(&[], &out, &info)
+            })?;
+        }
         fresh.on_become_inactive()?;
         let size_after = fresh.size_bytes();
         drop(fresh);
-        if let Some(modified) = segment.modified {
-            let path = plan.scratch.join(segment_file_name(segment.base_offset, LOG_SUFFIX));
+        // The tombstone clock of a merged segment is its newest part's.
+        if let Some(modified) = group.iter().filter_map(|s| s.modified).max() {
+            let path = plan.scratch.join(segment_file_name(base_offset, LOG_SUFFIX));
             fs::OpenOptions::new().write(true).open(path)?.set_modified(modified)?;
         }
         rewritten.push(RewrittenSegment {
-            base_offset: segment.base_offset,
-            next_offset: segment.next_offset,
-            size_before: segment.size_bytes,
+            base_offset,
+            replaces: group.iter().map(|s| (s.base_offset, s.next_offset, s.size_bytes)).collect(),
             size_after,
         });
     }
     Ok(CompactionResult { scratch: plan.scratch.clone(), end: plan.end, truncations: plan.truncations, rewritten })
+}
+
+/// Runs of consecutive segments that fit in one segment as they are now
+/// (Kafka's grouping by size: a segment cleaned before is small, so cleaned
+/// segments merge on later passes): at most `segment.bytes`, as many bytes
+/// as the indexes of one segment can cover, and offsets within 2^31 of the
+/// first.
+fn merge_groups<'a>(segments: &'a [PlannedSegment], config: &LogConfig) -> Vec<&'a [PlannedSegment]> {
+    const TIME_INDEX_ENTRY_BYTES: u64 = 12;
+    let index_covers =
+        (config.segment_index_bytes / TIME_INDEX_ENTRY_BYTES).saturating_sub(1) * config.index_interval_bytes;
+    let max_bytes = config.segment_bytes.min(index_covers).max(1);
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < segments.len() {
+        let mut end = start + 1;
+        let mut bytes = segments[start].size_bytes;
+        while let Some(next) = segments.get(end) {
+            let fits = bytes + next.size_bytes <= max_bytes
+                && next.next_offset - segments[start].base_offset <= i64::from(i32::MAX);
+            if !fits {
+                break;
+            }
+            bytes += next.size_bytes;
+            end += 1;
+        }
+        groups.push(&segments[start..end]);
+        start = end;
+    }
+    groups
 }
 
 #[cfg(test)]

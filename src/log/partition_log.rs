@@ -609,10 +609,10 @@ impl PartitionLog {
         if result.truncations == self.truncations {
             let active_base = self.active().base_offset();
             for r in &result.rewritten {
-                let unchanged = self.segments.get(&r.base_offset).is_some_and(|s| {
-                    s.base_offset() != active_base
-                        && s.next_offset() == r.next_offset
-                        && s.size_bytes() == r.size_before
+                let unchanged = r.replaces.iter().all(|&(base, next_offset, size)| {
+                    self.segments.get(&base).is_some_and(|s| {
+                        base != active_base && s.next_offset() == next_offset && s.size_bytes() == size
+                    })
                 });
                 if !unchanged {
                     continue;
@@ -624,15 +624,26 @@ impl PartitionLog {
                         _ => {}
                     }
                 }
-                for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                // The merged segment goes in first: a crash before the
+                // segments it covers are deleted leaves them overlapping it,
+                // and opening the log deletes them (see `load_segments`).
+                fs::rename(result.scratch.join(name(LOG_SUFFIX)), self.dir.join(name(LOG_SUFFIX)))?;
+                sync_dir(&self.dir)?;
+                for &(base, _, _) in &r.replaces[1..] {
+                    if let Some(merged) = self.segments.remove(&base) {
+                        merged.delete()?;
+                    }
+                }
+                for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
                     fs::rename(result.scratch.join(name(suffix)), self.dir.join(name(suffix)))?;
                 }
                 sync_dir(&self.dir)?;
                 self.segments.remove(&r.base_offset);
                 let (reopened, _) = LogSegment::open_and_recover(&self.dir, r.base_offset, &self.config, now_ms)?;
                 self.segments.insert(r.base_offset, reopened);
+                let bytes_before: u64 = r.replaces.iter().map(|&(_, _, size)| size).sum();
                 info!(topic = %self.topic, partition = self.partition, base_offset = r.base_offset,
-                    bytes_before = r.size_before, bytes_after = r.size_after, "compacted log segment");
+                    segments = r.replaces.len(), bytes_before, bytes_after = r.size_after, "compacted log segment");
                 swapped += 1;
             }
             self.compacted_up_to = self.compacted_up_to.max(result.end);
@@ -672,6 +683,7 @@ impl PartitionLog {
         self.active().flush()?;
         self.truncations += 1;
         let log_end_offset = self.log_end_offset();
+        self.compacted_up_to = self.compacted_up_to.min(log_end_offset);
         self.recovery_point = self.recovery_point.min(log_end_offset);
         self.leader_epoch_cache.truncate_from_end(log_end_offset)?;
         warn!(
@@ -687,6 +699,7 @@ impl PartitionLog {
         assert!(new_offset >= 0, "offsets are never negative");
         let old_segments = std::mem::take(&mut self.segments);
         self.truncations += 1;
+        self.compacted_up_to = 0;
         // Create the new segment first, so a crash midway still leaves a
         // log that starts no later than the new one.
         let fresh = LogSegment::create(&self.dir, new_offset, &self.config, self.last_seen_ms)?;
@@ -865,6 +878,20 @@ fn load_segments(
                 }
             }
             continue;
+        }
+        // A segment that starts inside the one before is what a crash in
+        // the middle of a compaction merge leaves: its records are in the
+        // merged segment already.
+        if let Some(end_before) = segments.values().next_back().map(LogSegment::next_offset) {
+            if base < end_before {
+                let (leftover, _) = LogSegment::open_and_recover(dir, base, config, now_ms)?;
+                if !leftover.is_empty() && leftover.next_offset() <= end_before {
+                    warn!(dir = %dir.display(), base_offset = base, end_before,
+                        "deleting a segment a compaction merged into the one before it");
+                    leftover.delete()?;
+                    continue;
+                }
+            }
         }
         let trusted = base_offsets.get(i + 1).is_some_and(|&next| next <= recovery_point);
         let (segment, cut_bytes) = if trusted {

@@ -941,3 +941,58 @@ fn the_cleaner_keeps_to_its_io_rate_and_stops_when_asked() {
     assert!(started.elapsed() >= std::time::Duration::from_millis(380), "{:?}", started.elapsed());
     assert!(log.install_compacted(result, 0).unwrap() > 0);
 }
+
+/// A log compacted once, whose cleaned segments are small enough to merge:
+/// (the log, its records).
+fn compacted_once(dir: &Path) -> (PartitionLog, Vec<(i64, String, Option<String>)>) {
+    let config = LogConfig { compact: true, segment_bytes: 600, min_cleanable_dirty_ratio: 0.0, ..small_config() };
+    let mut log = keyed_log(dir, config, 60);
+    let end = log.log_end_offset();
+    assert!(log.compact(end, 0).unwrap() > 0);
+    let records = read_records(&log);
+    // Nothing new: a pass again finds only segments to merge.
+    log.compacted_up_to = 0;
+    (log, records)
+}
+
+#[test]
+fn cleaned_segments_merge_on_a_later_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut log, records) = compacted_once(dir.path());
+    let (end, before) = (log.log_end_offset(), log.segment_base_offsets().len());
+    assert!(log.compact(end, 0).unwrap() > 0);
+    let after = log.segment_base_offsets().len();
+    assert!(after < before, "{before} segments became {after}");
+    assert_eq!(read_records(&log), records, "merging loses nothing more");
+    assert_eq!(log.log_end_offset(), end);
+    drop(log);
+    let log = open(dir.path(), LogConfig { compact: true, segment_bytes: 600, ..small_config() }, 0);
+    assert_eq!(read_records(&log), records);
+    assert_eq!(log.segment_base_offsets().len(), after);
+}
+
+#[test]
+fn a_crash_in_the_middle_of_a_merge_leaves_a_log_that_opens_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, records) = compacted_once(dir.path());
+    let end = log.log_end_offset();
+    let plan = log.plan_compaction(end, 0).unwrap().expect("a pass is due");
+    let result = super::super::compaction::clean(&plan, std::time::SystemTime::now(), &|| false).unwrap();
+    let merge = result.rewritten.iter().find(|r| r.replaces.len() > 1).expect("a merge");
+    // The crash: the merged .log is in place, the segments it covers are not deleted yet.
+    let partition_dir = dir.path().join(partition_dir_name(TOPIC, PARTITION));
+    let name = |suffix| segment_file_name(merge.base_offset, suffix);
+    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        fs::remove_file(partition_dir.join(name(suffix))).unwrap();
+    }
+    fs::rename(result.scratch.join(name(LOG_SUFFIX)), partition_dir.join(name(LOG_SUFFIX))).unwrap();
+    let covered: Vec<i64> = merge.replaces[1..].iter().map(|r| r.0).collect();
+    drop(log);
+    let log = open(dir.path(), LogConfig { compact: true, segment_bytes: 600, ..small_config() }, end);
+    assert_eq!(read_records(&log), records);
+    assert_eq!(log.log_end_offset(), end);
+    for base in covered {
+        assert!(!log.segment_base_offsets().contains(&base), "segment {base} was merged");
+        assert!(!partition_dir.join(segment_file_name(base, LOG_SUFFIX)).exists());
+    }
+}
