@@ -79,6 +79,13 @@ pub struct PartitionLog {
     start_offset: i64,
 }
 
+/// The file, in a partition's directory, that keeps the offset below which
+/// compaction has cleaned the log (Kafka keeps one
+/// `cleaner-offset-checkpoint` per data dir), so that a restart does not
+/// count the whole log as dirty. Advisory: a missing or unreadable file
+/// means 0, and a truncation removes it.
+pub const CLEANER_OFFSET_FILE: &str = "cleaner-offset";
+
 /// The directory, in a partition's directory, where compaction builds the
 /// segments it swaps in (left over after a crash, it is emptied by the next
 /// pass).
@@ -168,6 +175,11 @@ impl PartitionLog {
         // A start offset past the log end (a crash lost unflushed records
         // DeleteRecords had already passed): the log starts at its end.
         log.start_offset = read_start_offset(&dir)?.min(log.log_end_offset());
+        log.compacted_up_to = fs::read_to_string(dir.join(CLEANER_OFFSET_FILE))
+            .ok()
+            .and_then(|text| text.trim().parse::<i64>().ok())
+            .unwrap_or(0)
+            .clamp(0, log.log_end_offset());
         log.recovery_point = log.log_end_offset();
         log.leader_epoch_cache.truncate_from_end(log.log_end_offset())?;
         log.leader_epoch_cache.truncate_from_start(log.log_start_offset())?;
@@ -646,10 +658,28 @@ impl PartitionLog {
                     segments = r.replaces.len(), bytes_before, bytes_after = r.size_after, "compacted log segment");
                 swapped += 1;
             }
-            self.compacted_up_to = self.compacted_up_to.max(result.end);
+            if result.end > self.compacted_up_to {
+                self.compacted_up_to = result.end;
+                super::checkpoint::write_atomic(
+                    &self.dir.join(CLEANER_OFFSET_FILE),
+                    format!("{}\n", result.end).as_bytes(),
+                )?;
+            }
         }
         fs::remove_dir_all(&result.scratch)?;
         Ok(swapped)
+    }
+
+    /// After a truncation: nothing at or past `offset` counts as cleaned.
+    fn forget_cleaned_past(&mut self, offset: i64) -> Result<()> {
+        if self.compacted_up_to > offset {
+            self.compacted_up_to = offset;
+            match fs::remove_file(self.dir.join(CLEANER_OFFSET_FILE)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// A whole compaction pass below `high_watermark`, holding the log
@@ -683,7 +713,7 @@ impl PartitionLog {
         self.active().flush()?;
         self.truncations += 1;
         let log_end_offset = self.log_end_offset();
-        self.compacted_up_to = self.compacted_up_to.min(log_end_offset);
+        self.forget_cleaned_past(log_end_offset)?;
         self.recovery_point = self.recovery_point.min(log_end_offset);
         self.leader_epoch_cache.truncate_from_end(log_end_offset)?;
         warn!(
@@ -699,7 +729,7 @@ impl PartitionLog {
         assert!(new_offset >= 0, "offsets are never negative");
         let old_segments = std::mem::take(&mut self.segments);
         self.truncations += 1;
-        self.compacted_up_to = 0;
+        self.forget_cleaned_past(0)?;
         // Create the new segment first, so a crash midway still leaves a
         // log that starts no later than the new one.
         let fresh = LogSegment::create(&self.dir, new_offset, &self.config, self.last_seen_ms)?;

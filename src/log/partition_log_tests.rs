@@ -996,3 +996,22 @@ fn a_crash_in_the_middle_of_a_merge_leaves_a_log_that_opens_whole() {
         assert!(!partition_dir.join(segment_file_name(base, LOG_SUFFIX)).exists());
     }
 }
+
+#[test]
+fn the_cleaned_offset_survives_a_restart_and_a_truncation_forgets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { compact: true, segment_bytes: 600, ..small_config() };
+    let mut log = keyed_log(dir.path(), config.clone(), 40);
+    let end = log.log_end_offset();
+    assert!(log.compact(end, 0).unwrap() > 0);
+    let cleaned = log.compacted_up_to;
+    assert!(cleaned > 0);
+    drop(log);
+    let mut log = open(dir.path(), config.clone(), 0);
+    assert_eq!(log.compacted_up_to, cleaned, "read back from {CLEANER_OFFSET_FILE}");
+    assert!(log.plan_compaction(end, 0).unwrap().is_none(), "nothing dirty after the restart");
+    assert!(log.truncate_to(cleaned - 5).unwrap());
+    assert!(log.compacted_up_to <= cleaned - 5);
+    drop(log);
+    assert_eq!(open(dir.path(), config, 0).compacted_up_to, 0, "the truncation removed the file");
+}
