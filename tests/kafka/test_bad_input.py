@@ -218,3 +218,17 @@ def test_raw_produce_is_accepted(strict):
     assert wire.produce(node.kafka_addr, topic, 0, batch, version=v) == (0, 0)
     got = clients.consume_confluent(strict.bootstrap, topic, {0: 2})[0]
     assert [(g.key, g.value) for g in got] == [(b"k1", b"v1"), (None, b"v2")]
+
+
+def test_client_telemetry_is_not_offered_as_kafka_without_a_telemetry_plugin(strict):
+    """KIP-714: a Kafka broker without a telemetry plugin leaves GetTelemetrySubscriptions
+    (71) and PushTelemetry (72) out of ApiVersions, so clients that push metrics by default
+    (librdkafka 2.5+, the Java client 3.7+) skip them; one sent anyway is an API the broker
+    does not enable, and its connection is closed."""
+    versions = wire.api_versions(strict.node(1).kafka_addr)
+    assert versions and 71 not in versions and 72 not in versions, sorted(versions)
+    with socket.create_connection(strict.node(1).kafka_addr, timeout=10) as s:
+        # v0, flexible: a zero client instance id and no tagged fields.
+        s.sendall(wire.request(71, 0, 1, b"\x00" * 16 + b"\x00", flexible=True))
+        assert closed_by_peer(s), "the broker kept the connection open for 10 s"
+    assert wire.api_versions(strict.node(1).kafka_addr) == versions, "the broker carries on"
