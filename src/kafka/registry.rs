@@ -50,6 +50,7 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::UnregisterBroker, 0, 0),
@@ -274,6 +275,7 @@ fn add_throttle(response: &mut ResponseKind, ms: i32) {
         AlterPartitionReassignments,
         ListPartitionReassignments,
         DescribeLogDirs,
+        DescribeProducers,
         ElectLeaders,
         DescribeClientQuotas,
         AlterClientQuotas,
@@ -420,6 +422,9 @@ async fn handle(
         RequestKind::AddRaftVoter(r) => ResponseKind::AddRaftVoter(handlers::quorum::add_voter(ctx, r).await),
         RequestKind::RemoveRaftVoter(r) => ResponseKind::RemoveRaftVoter(handlers::quorum::remove_voter(ctx, r).await),
         RequestKind::DescribeLogDirs(r) => ResponseKind::DescribeLogDirs(handlers::log_dirs::handle(ctx, r)),
+        RequestKind::DescribeProducers(r) => {
+            ResponseKind::DescribeProducers(handlers::producers::handle(ctx, r, &client))
+        }
         RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(handlers::elections::handle(ctx, r, version).await),
         RequestKind::ListPartitionReassignments(r) => {
             ResponseKind::ListPartitionReassignments(handlers::reassignments::list(ctx, r))

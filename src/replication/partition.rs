@@ -24,7 +24,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::isr::{desired_isr, join_offset, FollowerProgress, LeaderView};
-use super::producer_state::{BatchMeta, ProducerStateMap, Refusal, Refusals, SeqCheck};
+use super::producer_state::{ActiveProducer, BatchMeta, ProducerStateMap, Refusal, Refusals, SeqCheck};
 use crate::clock::{mono_ms, wall_ms};
 use crate::log::batch::{split_record_set, BatchHeader};
 use crate::log::{FileSlice, LogConfig, LogError, PartitionLog, TimestampType};
@@ -722,6 +722,16 @@ impl Partition {
         self.state().leader_epoch
     }
 
+    /// On the leader: the producers whose batches it remembers
+    /// (DescribeProducers).
+    pub fn active_producers(&self) -> Result<Vec<ActiveProducer>, PartitionError> {
+        let st = self.state();
+        if !st.is_leader {
+            return Err(PartitionError::NotLeader);
+        }
+        Ok(st.producers.active())
+    }
+
     pub fn offsets(&self) -> PartitionOffsets {
         let st = self.state();
         PartitionOffsets {
@@ -780,7 +790,9 @@ impl Partition {
                 let first_seq = h.base_sequence();
                 let last_seq = first_seq.wrapping_add(h.last_offset_delta());
                 match st.producers.check(h.producer_id(), h.producer_epoch(), first_seq, last_seq) {
-                    SeqCheck::Append => sequenced = Some((h.producer_id(), h.producer_epoch(), first_seq, last_seq)),
+                    SeqCheck::Append => {
+                        sequenced = Some((h.producer_id(), h.producer_epoch(), first_seq, last_seq, h.max_timestamp()))
+                    }
                     SeqCheck::Duplicate(b) => {
                         // Answered as the first was: after its flush, if it waited for one.
                         let unflushed =
@@ -815,8 +827,15 @@ impl Partition {
         let now = wall_ms();
         let info = st.log.append_as_leader(records, epoch, now)?;
         let log_append_time_ms = if st.log.config().timestamp_type == TimestampType::LogAppendTime { now } else { -1 };
-        if let Some((pid, pepoch, first_seq, last_seq)) = sequenced {
-            let meta = BatchMeta { first_seq, last_seq, base_offset: info.base_offset, last_offset: info.last_offset };
+        if let Some((pid, pepoch, first_seq, last_seq, max_timestamp)) = sequenced {
+            let max_timestamp = if log_append_time_ms >= 0 { log_append_time_ms } else { max_timestamp };
+            let meta = BatchMeta {
+                first_seq,
+                last_seq,
+                base_offset: info.base_offset,
+                last_offset: info.last_offset,
+                max_timestamp,
+            };
             st.producers.record(pid, pepoch, meta);
             st.refusals.forget(pid);
         }

@@ -21,6 +21,17 @@ pub struct BatchMeta {
     pub last_seq: i32,
     pub base_offset: i64,
     pub last_offset: i64,
+    /// The batch's max timestamp (the append time on a LogAppendTime topic).
+    pub max_timestamp: i64,
+}
+
+/// One producer as DescribeProducers answers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub last_sequence: i32,
+    pub last_timestamp: i64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -125,6 +136,7 @@ impl ProducerStateMap {
                     last_seq: h.base_sequence().wrapping_add(h.last_offset_delta()),
                     base_offset: h.base_offset(),
                     last_offset: h.last_offset(),
+                    max_timestamp: h.max_timestamp(),
                 };
                 self.record(h.producer_id(), h.producer_epoch(), meta);
             }
@@ -142,6 +154,26 @@ impl ProducerStateMap {
 
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// Every producer with a batch remembered, by producer id: its epoch and
+    /// its last batch's last sequence and max timestamp.
+    pub fn active(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .filter_map(|(&producer_id, e)| {
+                let last = e.batches.back()?;
+                Some(ActiveProducer {
+                    producer_id,
+                    epoch: e.epoch,
+                    last_sequence: last.last_seq,
+                    last_timestamp: last.max_timestamp,
+                })
+            })
+            .collect();
+        out.sort_unstable_by_key(|p| p.producer_id);
+        out
     }
 }
 
@@ -225,6 +257,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn active_producers_show_their_last_batch() {
+        let mut m = ProducerStateMap::default();
+        m.record(7, 2, meta(0, 4, 10));
+        m.record(7, 2, meta(5, 9, 15));
+        m.record(3, 0, meta(0, 0, 20));
+        assert_eq!(
+            m.active(),
+            vec![
+                ActiveProducer { producer_id: 3, epoch: 0, last_sequence: 0, last_timestamp: 1_020 },
+                ActiveProducer { producer_id: 7, epoch: 2, last_sequence: 9, last_timestamp: 1_015 },
+            ]
+        );
+        // Truncated batches are forgotten, and so is a producer left with none.
+        m.truncate_to(15);
+        assert_eq!(
+            m.active(),
+            vec![ActiveProducer { producer_id: 7, epoch: 2, last_sequence: 4, last_timestamp: 1_010 }]
+        );
+    }
+
+    #[test]
     fn a_gap_where_a_refused_batch_belongs_is_explained_for_a_while() {
         let mut r = Refusals::default();
         r.note(7, 0, 10, Refusal::NotLeader, 1_000);
@@ -246,7 +299,13 @@ mod tests {
     }
 
     fn meta(first: i32, last: i32, base: i64) -> BatchMeta {
-        BatchMeta { first_seq: first, last_seq: last, base_offset: base, last_offset: base + (last - first) as i64 }
+        BatchMeta {
+            first_seq: first,
+            last_seq: last,
+            base_offset: base,
+            last_offset: base + (last - first) as i64,
+            max_timestamp: 1_000 + base,
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 """Kafka's own command-line tools (kafka-tools 4.4, run with `java -cp`, as
 bin/kafka-*.sh would run them) against a real cluster: kafka-topics, the console producer
 and consumer, kafka-consumer-groups, kafka-configs, kafka-acls, kafka-reassign-partitions,
-kafka-leader-election, kafka-metadata-quorum and the perf tests. The
+kafka-leader-election, kafka-metadata-quorum, kafka-transactions describe-producers and the
+perf tests. The
 cluster has Kafka's authorizer on; the PLAINTEXT listener's ANONYMOUS is a super user, so
 the tools need no credentials, and alice (SCRAM, on a SASL_PLAINTEXT listener) checks
 that ACLs written by kafka-acls take effect."""
@@ -117,6 +118,32 @@ def test_console_clients_and_consumer_groups(tools_cluster):
     out = tool("consumer.group.ConsumerGroupCommand", "--bootstrap-server", b, "--delete", "--group", group)
     assert "successful" in out, out
     assert group not in tool("consumer.group.ConsumerGroupCommand", "--bootstrap-server", b, "--list").split()
+
+
+def test_kafka_transactions_describe_producers(tools_cluster):
+    """kafka-transactions describe-producers (DescribeProducers, KIP-664) names the
+    idempotent producer that wrote to a partition, with its last sequence; the leader
+    answers, and the tool finds it."""
+    c, b = tools_cluster, tools_cluster.bootstrap
+    topic = new_topic()
+    c.create_topic(topic, partitions=1, rf=3)
+    c.wait_topic(topic, 1)
+    p = Producer({"bootstrap.servers": b, "enable.idempotence": True, "linger.ms": 5})
+    for i in range(50):
+        p.produce(topic, value=f"v{i}".encode(), partition=0)
+    assert p.flush(60) == 0
+    out = tool("TransactionsCommand", "--bootstrap-server", b, "describe-producers", "--topic", topic,
+               "--partition", "0")
+    header, *rows = [line.split() for line in out.strip().splitlines()]
+    assert header[:4] == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence"], out
+    assert len(rows) == 1 and rows[0][3] == "49" and int(rows[0][0]) >= 0, out
+    # No producer has written to a new topic.
+    empty = new_topic()
+    c.create_topic(empty, partitions=1, rf=3)
+    c.wait_topic(empty, 1)
+    out = tool("TransactionsCommand", "--bootstrap-server", b, "describe-producers", "--topic", empty,
+               "--partition", "0")
+    assert out.strip().splitlines()[1:] == [], out
 
 
 def test_kafka_configs(tools_cluster):

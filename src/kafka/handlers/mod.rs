@@ -13,6 +13,7 @@ pub mod list_offsets;
 pub mod log_dirs;
 pub mod metadata;
 pub mod produce;
+pub mod producers;
 pub mod quorum;
 pub mod quotas;
 pub mod reassignments;
