@@ -113,6 +113,15 @@ fn read_all(
                         // tell a follower (or a consumer's reset) where the log is.
                         Err(e @ PartitionError::Log(LogError::OffsetOutOfRange { .. })) => {
                             let o = partition.offsets();
+                            // Past its own end, a leader cut off from the controller
+                            // cannot tell "out of range" from "behind a leader that
+                            // replaced it"; a consumer told OFFSET_OUT_OF_RANGE resets
+                            // its position (librdkafka goes back to the start, found by
+                            // the fault harness, seed 212), so it is sent to fresh
+                            // metadata instead.
+                            if fp.fetch_offset > o.log_end_offset && ctx.lifecycle.out_of_touch() {
+                                return empty(fp.partition, ResponseError::NotLeaderOrFollower.code());
+                            }
                             empty(fp.partition, partition_error_code(&e))
                                 .with_high_watermark(o.high_watermark)
                                 .with_last_stable_offset(o.high_watermark)
