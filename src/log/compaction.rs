@@ -6,16 +6,17 @@
 //!    cleanable part of the log is the run of sealed segments from the start
 //!    that lie wholly below the high watermark and, with
 //!    `min.compaction.lag.ms`, whose newest record is at least that old. A
-//!    pass is due when the dirty part (segments not cleaned since the node
-//!    started) is at least `min.cleanable.dirty.ratio` of it, or its first
-//!    segment is older than `max.compaction.lag.ms`.
+//!    pass is due when the dirty part (the segments past the log's
+//!    `cleaner-offset`) is at least `min.cleanable.dirty.ratio` of it, or
+//!    its first segment is older than `max.compaction.lag.ms`.
 //! 2. Clean, without the lock ([`clean`]): read the planned segments'
 //!    files (sealed segments never change) batch by batch, note every key's
-//!    latest offset, and write each segment that loses records into a
-//!    scratch directory beside the log.
+//!    latest offset, and write into a scratch directory beside the log each
+//!    segment that loses records, and each run of consecutive segments
+//!    small enough to merge into one.
 //! 3. Swap, under the lock ([`super::PartitionLog::install_compacted`]):
-//!    each rewritten segment replaces its original if that is still the
-//!    segment that was read.
+//!    each written segment replaces its originals if they are still the
+//!    segments that were read.
 //!
 //! What a segment keeps: every key's latest record, records without a key,
 //! control batches, each producer's last batch whole (its sequence and
@@ -302,7 +303,8 @@ pub fn clean(plan: &CompactionPlan, now: SystemTime, stopping: &dyn Fn() -> bool
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
         _ => {}
     }
-    fs::create_dir_all(&plan.scratch)?;
+    // Not create_dir_all: a partition deleted meanwhile must not come back.
+    fs::create_dir(&plan.scratch)?;
     let retention = Duration::from_millis(plan.config.delete_retention_ms);
     let mut rewritten = Vec::new();
     for group in merge_groups(&plan.segments, &plan.config) {

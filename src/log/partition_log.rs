@@ -666,7 +666,10 @@ impl PartitionLog {
                 )?;
             }
         }
-        fs::remove_dir_all(&result.scratch)?;
+        match fs::remove_dir_all(&result.scratch) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
         Ok(swapped)
     }
 

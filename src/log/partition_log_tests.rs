@@ -1015,3 +1015,15 @@ fn the_cleaned_offset_survives_a_restart_and_a_truncation_forgets_it() {
     drop(log);
     assert_eq!(open(dir.path(), config, 0).compacted_up_to, 0, "the truncation removed the file");
 }
+
+#[test]
+fn a_pass_over_a_partition_deleted_meanwhile_puts_nothing_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig { compact: true, segment_bytes: 600, ..small_config() };
+    let log = keyed_log(dir.path(), config, 40);
+    let plan = log.plan_compaction(log.log_end_offset(), 0).unwrap().expect("a pass is due");
+    let partition_dir = dir.path().join(partition_dir_name(TOPIC, PARTITION));
+    fs::remove_dir_all(&partition_dir).unwrap();
+    assert!(super::super::compaction::clean(&plan, std::time::SystemTime::now(), &|| false).is_err());
+    assert!(!partition_dir.exists(), "the cleaner made the deleted partition's directory again");
+}

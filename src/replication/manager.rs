@@ -454,8 +454,9 @@ impl ReplicaManager {
                     if !cleaning.swap(true, std::sync::atomic::Ordering::AcqRel) {
                         let (me, cleaning, stop) = (self.clone(), cleaning.clone(), shutdown.clone());
                         tokio::task::spawn_blocking(move || {
+                            // Cleared even if the pass panics, or no pass would run again.
+                            let _clear = ClearOnDrop(cleaning);
                             me.retention(&stop);
-                            cleaning.store(false, std::sync::atomic::Ordering::Release);
                         });
                     }
                 }
@@ -473,6 +474,15 @@ impl ReplicaManager {
             }
         }
         self.write_checkpoint();
+    }
+}
+
+/// Clears its flag when dropped.
+struct ClearOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Release);
     }
 }
 

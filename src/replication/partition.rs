@@ -155,6 +155,9 @@ pub struct PartitionOffsets {
 #[derive(Debug)]
 struct State {
     log: PartitionLog,
+    /// No longer a replica here ([`Partition::stop_serving`]): its files are
+    /// about to go, and a compaction pass must not put any back.
+    removed: bool,
     is_leader: bool,
     leader_epoch: i32,
     isr: Vec<i32>,
@@ -262,6 +265,7 @@ impl Partition {
         let state = State {
             high_watermark: log.log_start_offset(),
             log,
+            removed: false,
             is_leader: false,
             leader_epoch: -1,
             isr: Vec::new(),
@@ -499,6 +503,7 @@ impl Partition {
             tracing::info!(topic = %self.topic, partition = self.index, "no longer a replica: stopped leading");
         }
         st.is_leader = false;
+        st.removed = true;
         st.followers.clear();
         drop(st);
         self.wake_waiters();
@@ -1066,6 +1071,7 @@ impl Partition {
             let result = crate::log::compaction::clean(&plan, std::time::SystemTime::now(), stopping);
             let mut st = self.state();
             match result {
+                Ok(_) if st.removed => {}
                 Ok(result) => {
                     st.log.install_compacted(result, wall_ms())?;
                 }
@@ -1075,6 +1081,9 @@ impl Partition {
             }
         }
         let mut st = self.state();
+        if st.removed {
+            return Ok(());
+        }
         let hw = st.high_watermark;
         let out = st.log.apply_retention(wall_ms(), hw)?;
         if out.deleted_segments > 0 {
