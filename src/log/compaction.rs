@@ -65,15 +65,24 @@ pub fn plain_record(offset: i64, key: Option<Bytes>, value: Option<Bytes>, times
 }
 
 /// `records` (offsets increasing, no producer) as one uncompressed v2 batch.
-/// kafka-protocol starts a new batch wherever `offset - sequence` changes, so
-/// sequences are renumbered to follow the offsets (base sequence -1).
 pub fn encode_batch(records: Vec<Record>) -> Option<Vec<u8>> {
-    let first = records.first()?.offset;
-    let records: Vec<Record> =
-        records.into_iter().map(|r| Record { sequence: (r.offset - first) as i32 - 1, ..r }).collect();
+    encode(records, Compression::None)
+}
+
+/// `records` (offsets increasing, one batch's attributes) as one v2 batch.
+/// kafka-protocol starts a new batch wherever `offset - sequence` changes, so
+/// records without a producer are renumbered to follow their offsets (base
+/// sequence -1); a producer's keep their sequences.
+fn encode(records: Vec<Record>, compression: Compression) -> Option<Vec<u8>> {
+    let first = records.first()?;
+    let (first_offset, producer) = (first.offset, first.producer_id);
+    let records: Vec<Record> = if producer >= 0 {
+        records
+    } else {
+        records.into_iter().map(|r| Record { sequence: (r.offset - first_offset) as i32 - 1, ..r }).collect()
+    };
     let mut encoded = bytes::BytesMut::new();
-    let options = RecordEncodeOptions { version: 2, compression: Compression::None };
-    RecordBatchEncoder::encode(&mut encoded, &records, &options).ok()?;
+    RecordBatchEncoder::encode(&mut encoded, &records, &RecordEncodeOptions { version: 2, compression }).ok()?;
     Some(encoded.to_vec())
 }
 
@@ -253,21 +262,7 @@ fn clean_batch(batch: &Bytes, map: &OffsetMap, last_in_segment: bool, drop_tombs
     if kept.len() == total {
         return Ok(Outcome::Whole);
     }
-    let first = kept[0].offset;
-    let kept: Vec<Record> = if producer >= 0 {
-        kept
-    } else {
-        // kafka-protocol starts a new batch wherever `offset - sequence`
-        // changes: records without a producer are numbered to follow their
-        // offsets (base sequence -1).
-        kept.into_iter().map(|r| Record { sequence: (r.offset - first) as i32 - 1, ..r }).collect()
-    };
-    let mut encoded = bytes::BytesMut::new();
-    let options = RecordEncodeOptions { version: 2, compression: set.compression };
-    if RecordBatchEncoder::encode(&mut encoded, &kept, &options).is_err() {
-        return Ok(Outcome::Whole);
-    }
-    let mut encoded = encoded.to_vec();
+    let Some(mut encoded) = encode(kept, set.compression) else { return Ok(Outcome::Whole) };
     if header.is_log_append_time() {
         // The encoder knows only CreateTime: restore the type bit and the
         // append time, then the CRC they are under.

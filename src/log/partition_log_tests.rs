@@ -666,7 +666,7 @@ fn read_records(log: &PartitionLog) -> Vec<(i64, String, Option<String>)> {
 #[test]
 fn compaction_keeps_the_latest_record_of_each_key_and_every_offset() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { compact: true, segment_bytes: 600, ..small_config() };
+    let config = compact_config();
     let mut log = open(dir.path(), config.clone(), 0);
     // 40 batches of two records over 4 keys, and a key `gone` written once
     // and deleted (a tombstone) later.
@@ -837,6 +837,11 @@ fn a_slice_cut_by_bytes_ends_at_the_last_whole_batch() {
     }
 }
 
+/// A compacted topic's config with small segments.
+fn compact_config() -> LogConfig {
+    LogConfig { compact: true, segment_bytes: 600, ..small_config() }
+}
+
 /// A log of `batches` two-record batches over the keys g0..g3 (every key
 /// written many times), with timestamps `ts`.
 fn keyed_log(dir: &Path, config: LogConfig, batches: usize) -> PartitionLog {
@@ -907,7 +912,7 @@ fn min_compaction_lag_keeps_young_segments_and_the_dirty_ratio_waits_for_enough_
 #[test]
 fn a_segment_that_changed_while_it_was_cleaned_is_not_swapped() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { compact: true, segment_bytes: 600, ..small_config() };
+    let config = compact_config();
     let mut log = keyed_log(dir.path(), config, 40);
     let end = log.log_end_offset();
     let before = read_records(&log);
@@ -925,7 +930,7 @@ fn a_segment_that_changed_while_it_was_cleaned_is_not_swapped() {
 #[test]
 fn the_cleaner_keeps_to_its_io_rate_and_stops_when_asked() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { compact: true, segment_bytes: 600, ..small_config() };
+    let config = compact_config();
     let mut log = keyed_log(dir.path(), config.clone(), 40);
     let end = log.log_end_offset();
     let sealed: u64 = log.segments.values().filter(|s| s.next_offset() <= end).map(|s| s.size_bytes()).sum();
@@ -966,7 +971,7 @@ fn cleaned_segments_merge_on_a_later_pass() {
     assert_eq!(read_records(&log), records, "merging loses nothing more");
     assert_eq!(log.log_end_offset(), end);
     drop(log);
-    let log = open(dir.path(), LogConfig { compact: true, segment_bytes: 600, ..small_config() }, 0);
+    let log = open(dir.path(), compact_config(), 0);
     assert_eq!(read_records(&log), records);
     assert_eq!(log.segment_base_offsets().len(), after);
 }
@@ -988,7 +993,7 @@ fn a_crash_in_the_middle_of_a_merge_leaves_a_log_that_opens_whole() {
     fs::rename(result.scratch.join(name(LOG_SUFFIX)), partition_dir.join(name(LOG_SUFFIX))).unwrap();
     let covered: Vec<i64> = merge.replaces[1..].iter().map(|r| r.0).collect();
     drop(log);
-    let log = open(dir.path(), LogConfig { compact: true, segment_bytes: 600, ..small_config() }, end);
+    let log = open(dir.path(), compact_config(), end);
     assert_eq!(read_records(&log), records);
     assert_eq!(log.log_end_offset(), end);
     for base in covered {
@@ -1000,7 +1005,7 @@ fn a_crash_in_the_middle_of_a_merge_leaves_a_log_that_opens_whole() {
 #[test]
 fn the_cleaned_offset_survives_a_restart_and_a_truncation_forgets_it() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { compact: true, segment_bytes: 600, ..small_config() };
+    let config = compact_config();
     let mut log = keyed_log(dir.path(), config.clone(), 40);
     let end = log.log_end_offset();
     assert!(log.compact(end, 0).unwrap() > 0);
@@ -1019,7 +1024,7 @@ fn the_cleaned_offset_survives_a_restart_and_a_truncation_forgets_it() {
 #[test]
 fn a_pass_over_a_partition_deleted_meanwhile_puts_nothing_back() {
     let dir = tempfile::tempdir().unwrap();
-    let config = LogConfig { compact: true, segment_bytes: 600, ..small_config() };
+    let config = compact_config();
     let log = keyed_log(dir.path(), config, 40);
     let plan = log.plan_compaction(log.log_end_offset(), 0).unwrap().expect("a pass is due");
     let partition_dir = dir.path().join(partition_dir_name(TOPIC, PARTITION));
