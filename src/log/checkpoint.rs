@@ -78,11 +78,13 @@ pub(crate) fn render_lines(entries: &[String]) -> String {
 #[derive(Debug, Clone)]
 pub struct OffsetCheckpointFile {
     path: PathBuf,
+    /// One write at a time (clones included): two would share the temporary file.
+    writing: std::sync::Arc<std::sync::Mutex<()>>,
 }
 
 impl OffsetCheckpointFile {
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        Self { path: path.into() }
+        Self { path: path.into(), writing: Default::default() }
     }
 
     pub fn path(&self) -> &Path {
@@ -118,6 +120,7 @@ impl OffsetCheckpointFile {
     pub fn write(&self, offsets: &BTreeMap<(String, i32), i64>) -> Result<()> {
         let lines: Vec<String> =
             offsets.iter().map(|((topic, partition), offset)| format!("{topic} {partition} {offset}")).collect();
+        let _one_at_a_time = self.writing.lock().unwrap_or_else(|e| e.into_inner());
         write_atomic(&self.path, render_lines(&lines).as_bytes())
     }
 }

@@ -40,19 +40,20 @@ impl IndexFile {
         &self.path
     }
 
-    /// Writes the entries the file lacks and fsyncs it. `encoded` holds
-    /// every entry of the in-memory index, `entry_bytes` each.
-    pub fn flush(&self, encoded: impl FnOnce(usize) -> Vec<u8>) -> Result<()> {
+    /// Writes the entries the file lacks, without fsync. `encoded` holds
+    /// every entry of the in-memory index, `entry_bytes` each. The file to
+    /// fsync is returned (`None` when nothing was written), so the sync can
+    /// be made without the segment's owner's lock.
+    pub fn write_behind(&self, encoded: impl FnOnce(usize) -> Vec<u8>) -> Result<Option<std::fs::File>> {
         let written = self.written.load(Ordering::Acquire);
         let bytes = encoded(written);
         if bytes.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let file = OpenOptions::new().write(true).open(&self.path)?;
         file.write_all_at(&bytes, (written * self.entry_bytes) as u64)?;
-        file.sync_data()?;
         self.written.store(written + bytes.len() / self.entry_bytes, Ordering::Release);
-        Ok(())
+        Ok(Some(file))
     }
 
     /// The in-memory index kept its first `keep` entries: the file keeps no more.
@@ -78,12 +79,12 @@ mod tests {
         let entries: Vec<u32> = vec![1, 2, 3];
         let encode = |from: usize| entries[from..].iter().flat_map(|e| e.to_be_bytes()).collect::<Vec<u8>>();
         assert_eq!(std::fs::metadata(&path)?.len(), 0, "nothing written before a flush");
-        file.flush(encode)?;
+        file.write_behind(encode)?;
         assert_eq!(std::fs::read(&path)?, [0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3]);
         file.truncate(1)?;
         assert_eq!(std::fs::metadata(&path)?.len(), 4);
         let entries: Vec<u32> = vec![1, 9];
-        file.flush(|from| entries[from..].iter().flat_map(|e| e.to_be_bytes()).collect())?;
+        file.write_behind(|from| entries[from..].iter().flat_map(|e| e.to_be_bytes()).collect())?;
         assert_eq!(std::fs::read(&path)?, [0, 0, 0, 1, 0, 0, 0, 9]);
         Ok(())
     }

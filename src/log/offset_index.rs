@@ -152,7 +152,15 @@ impl OffsetIndex {
 
     /// Writes the entries the file lacks, and fsyncs it.
     pub fn flush(&self) -> Result<()> {
-        self.file.flush(|from| {
+        if let Some(file) = self.write_behind()? {
+            file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the entries the file lacks; the file to fsync, if any.
+    pub fn write_behind(&self) -> Result<Option<std::fs::File>> {
+        self.file.write_behind(|from| {
             self.entries
                 .get(from..)
                 .unwrap_or_default()

@@ -74,6 +74,9 @@ pub struct PartitionLog {
     /// Counts truncations from the end, so a flush ticket taken before one
     /// does not move the recovery point over records written after it.
     truncations: u64,
+    /// Index files of sealed segments, written behind but not yet fsynced:
+    /// the next flush ticket takes them.
+    unsynced_indexes: Vec<std::fs::File>,
     /// The log start offset DeleteRecords moved to, when it is past the
     /// first segment's base (0 otherwise); kept in `log-start-offset`.
     start_offset: i64,
@@ -110,12 +113,17 @@ fn read_start_offset(dir: &Path) -> Result<i64> {
     }
 }
 
-/// What an fdatasync made outside the log's owner's lock needs: the active
-/// segment's file and the log end offset it covers once synced. Segments
-/// before the active one were fsynced when they rolled.
+/// What an fdatasync made outside the log's owner's lock needs: the files
+/// of the segments not yet synced and the log end offset they cover once
+/// synced.
 #[derive(Debug)]
 pub struct FlushTicket {
-    file: std::sync::Arc<std::fs::File>,
+    /// The `.log` of every segment from the one holding the recovery point
+    /// to the active one: a segment a roll sealed is fsynced by the next
+    /// flush (which the roll asks for), not by the roll.
+    files: Vec<std::sync::Arc<std::fs::File>>,
+    /// Index files written behind their entries since the last flush.
+    indexes: Vec<std::fs::File>,
     end: i64,
     truncations: u64,
 }
@@ -126,9 +134,58 @@ impl FlushTicket {
         self.end
     }
 
-    /// fdatasync of the segment file (blocks; call it off the async threads).
+    /// fdatasync of the segment file and its indexes (blocks; call it off
+    /// the async threads and without the log's owner's lock).
     pub fn sync(&self) -> std::io::Result<()> {
-        self.file.sync_data()
+        self.files.iter().try_for_each(|file| file.sync_data())?;
+        self.indexes.iter().try_for_each(|index| index.sync_data())
+    }
+}
+
+/// An append checked and placed under the log's owner's lock
+/// ([`PartitionLog::prepare_append_as_leader`] or
+/// [`PartitionLog::prepare_append_as_follower`]), to be written without it
+/// ([`PreparedAppend::write`], the system calls that can block) and then
+/// recorded under it again ([`PartitionLog::finish_append`]). Between the
+/// two the log must not change but for reads: the owner serializes appends
+/// and everything else that changes the log's files behind one writer lock.
+#[derive(Debug)]
+pub struct PreparedAppend {
+    ranges: Vec<std::ops::Range<usize>>,
+    heads: Vec<Vec<u8>>,
+    infos: Vec<BatchInfo>,
+    append: AppendInfo,
+    file: std::sync::Arc<std::fs::File>,
+    segment_base: i64,
+    position: u64,
+    truncations: u64,
+    /// A roll for this append sealed the segment before: the owner asks for
+    /// a flush once the append is recorded (Kafka flushes a rolled segment
+    /// in the background too), so no append waits for that fsync.
+    rolled: bool,
+}
+
+impl PreparedAppend {
+    /// What the append will have written once finished.
+    pub fn info(&self) -> AppendInfo {
+        self.append
+    }
+
+    /// Whether a roll sealed a segment for this append (see `rolled`).
+    pub fn rolled(&self) -> bool {
+        self.rolled
+    }
+
+    /// Writes each batch at its place in the active segment's file. Needs
+    /// no borrow of the log; `records` is the record set the append was
+    /// prepared with.
+    pub fn write(&self, records: &[u8]) -> Result<()> {
+        let mut position = self.position;
+        for ((range, head), info) in self.ranges.iter().zip(&self.heads).zip(&self.infos) {
+            super::segment::write_batch(&self.file, position, head, &records[range.clone()], info)?;
+            position += info.size_bytes;
+        }
+        Ok(())
     }
 }
 
@@ -170,6 +227,7 @@ impl PartitionLog {
             last_seen_ms: now_ms,
             compacted_up_to: 0,
             truncations: 0,
+            unsynced_indexes: Vec::new(),
             start_offset: 0,
         };
         // A start offset past the log end (a crash lost unflushed records
@@ -295,6 +353,19 @@ impl PartitionLog {
     /// batch with `now_ms`. All or nothing: a bad batch or record rejects
     /// the whole set before anything is written.
     pub fn append_as_leader(&mut self, records: &[u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
+        let prepared = self.prepare_append_as_leader(records, leader_epoch, now_ms)?;
+        prepared.write(records)?;
+        self.finish_append(prepared)
+    }
+
+    /// `append_as_leader` up to the write: checks, offsets and heads
+    /// assigned, the segment rolled if due. Nothing is written or recorded.
+    pub fn prepare_append_as_leader(
+        &mut self,
+        records: &[u8],
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<PreparedAppend> {
         let ranges = split_record_set(records)?;
         for range in &ranges {
             let size = range.len() as u64;
@@ -328,13 +399,20 @@ impl PartitionLog {
             next_offset += i64::from(BatchHeader::parse(batch_bytes)?.last_offset_delta()) + 1;
             heads.push(head);
         }
-        self.append_validated(records, &ranges, &heads, now_ms)
+        self.prepare_validated(records, ranges, heads, now_ms)
     }
 
     /// Appends a record set fetched from the leader, offsets and epochs as
     /// the leader assigned them. Batches must be valid and start at or after
     /// the log end offset, offsets increasing.
     pub fn append_as_follower(&mut self, records: &[u8], now_ms: i64) -> Result<AppendInfo> {
+        let prepared = self.prepare_append_as_follower(records, now_ms)?;
+        prepared.write(records)?;
+        self.finish_append(prepared)
+    }
+
+    /// `append_as_follower` up to the write (see `prepare_append_as_leader`).
+    pub fn prepare_append_as_follower(&mut self, records: &[u8], now_ms: i64) -> Result<PreparedAppend> {
         let ranges = split_record_set(records)?;
         let mut next_offset = self.log_end_offset();
         for range in &ranges {
@@ -348,22 +426,23 @@ impl PartitionLog {
             next_offset = header.last_offset() + 1;
         }
         let heads = vec![Vec::new(); ranges.len()];
-        self.append_validated(records, &ranges, &heads, now_ms)
+        self.prepare_validated(records, ranges, heads, now_ms)
     }
 
-    /// Appends the batches at `ranges` of `records`, each written as its
-    /// `heads` entry followed by the rest of the batch as received.
-    fn append_validated(
+    /// Places the batches at `ranges` of `records`, each to be written as
+    /// its `heads` entry followed by the rest of the batch as received, at
+    /// the end of the active segment (rolled first if due).
+    fn prepare_validated(
         &mut self,
         records: &[u8],
-        ranges: &[std::ops::Range<usize>],
-        heads: &[Vec<u8>],
+        ranges: Vec<std::ops::Range<usize>>,
+        heads: Vec<Vec<u8>>,
         now_ms: i64,
-    ) -> Result<AppendInfo> {
+    ) -> Result<PreparedAppend> {
         assert_eq!(ranges.len(), heads.len(), "one head per batch");
         let infos: Vec<BatchInfo> = ranges
             .iter()
-            .zip(heads)
+            .zip(&heads)
             .map(|(range, head)| BatchInfo::with_head(&records[range.clone()], head))
             .collect::<std::result::Result<_, _>>()?;
         let (Some(first), Some(last)) = (infos.first(), infos.last()) else {
@@ -377,18 +456,45 @@ impl PartitionLog {
             size_bytes: records.len() as u64,
         };
         self.last_seen_ms = self.last_seen_ms.max(now_ms);
-        self.maybe_roll(&append, now_ms)?;
-        for ((range, head), info) in ranges.iter().zip(heads).zip(&infos) {
-            self.leader_epoch_cache.assign(info.partition_leader_epoch, info.base_offset)?;
-            self.active_mut().append(head, &records[range.clone()], info)?;
+        let rolled = self.maybe_roll(&append, now_ms)?;
+        let active = self.active();
+        Ok(PreparedAppend {
+            ranges,
+            heads,
+            infos,
+            append,
+            file: active.log_file().clone(),
+            segment_base: active.base_offset(),
+            position: active.size_bytes(),
+            truncations: self.truncations,
+            rolled,
+        })
+    }
+
+    /// Records an append [`PreparedAppend::write`] wrote: the batches join
+    /// the active segment and its indexes, and the log end offset moves.
+    pub fn finish_append(&mut self, prepared: PreparedAppend) -> Result<AppendInfo> {
+        let active = self.active();
+        if prepared.truncations != self.truncations
+            || active.base_offset() != prepared.segment_base
+            || active.size_bytes() != prepared.position
+        {
+            // The owner's writer lock rules this out; refused rather than
+            // recorded over whatever changed.
+            return Err(LogError::Io(std::io::Error::other("the log changed while an append was being written")));
         }
-        self.unflushed_messages += append.record_count;
-        Ok(append)
+        for info in &prepared.infos {
+            self.leader_epoch_cache.assign(info.partition_leader_epoch, info.base_offset)?;
+            self.active_mut().note_written(info)?;
+        }
+        self.unflushed_messages += prepared.append.record_count;
+        Ok(prepared.append)
     }
 
     /// Rolls before an append when the active segment is full (bytes or
     /// index), old enough, or cannot hold the offsets as 32-bit deltas.
-    fn maybe_roll(&mut self, append: &AppendInfo, now_ms: i64) -> Result<()> {
+    /// Returns whether it sealed a segment (which the next flush fsyncs).
+    fn maybe_roll(&mut self, append: &AppendInfo, now_ms: i64) -> Result<bool> {
         let active = self.active();
         let offsets_overflow = append.last_offset - active.base_offset() > i64::from(u32::MAX);
         let should_roll = offsets_overflow
@@ -396,36 +502,39 @@ impl PartitionLog {
                 && (active.size_bytes() + append.size_bytes > self.config.segment_bytes
                     || now_ms.saturating_sub(active.created_ms()) >= as_ms(self.config.segment_ms)
                     || active.indexes_full()));
-        if should_roll {
-            // A follower may append past a gap: roll at the batch's own base.
-            self.roll(append.base_offset.max(self.log_end_offset()), now_ms)?;
+        if !should_roll {
+            return Ok(false);
         }
-        Ok(())
+        // A follower may append past a gap: roll at the batch's own base.
+        self.roll(append.base_offset.max(self.log_end_offset()), now_ms)
     }
 
-    /// Seals the active segment (final time index entry, fsync) and starts
-    /// a new one at `new_base_offset`. An empty active segment is replaced.
-    fn roll(&mut self, new_base_offset: i64, now_ms: i64) -> Result<()> {
+    /// Seals the active segment (final time index entry, index files
+    /// written behind) and starts a new one at `new_base_offset`. An empty
+    /// active segment is replaced. The sealed segment is not fsynced here:
+    /// the recovery point stays where it is until a flush covers it, and the
+    /// owner asks for one. Returns whether a segment was sealed.
+    fn roll(&mut self, new_base_offset: i64, now_ms: i64) -> Result<bool> {
         assert!(new_base_offset >= self.log_end_offset(), "a new segment starts at or after the log end");
         let active_base = self.active().base_offset();
+        let mut sealed = false;
         if self.active().is_empty() {
             if active_base == new_base_offset {
-                return Ok(());
+                return Ok(false);
             }
             if let Some(empty) = self.segments.remove(&active_base) {
                 empty.delete()?;
             }
         } else {
-            self.active_mut().on_become_inactive()?;
-            self.recovery_point = self.recovery_point.max(self.log_end_offset());
-            self.unflushed_messages = 0;
-            self.last_flush_ms = now_ms;
+            let indexes = self.active_mut().seal()?;
+            self.unsynced_indexes.extend(indexes);
+            sealed = true;
         }
         let segment = LogSegment::create(&self.dir, new_base_offset, &self.config, now_ms)?;
         self.segments.insert(new_base_offset, segment);
         sync_dir(&self.dir)?;
         info!(topic = %self.topic, partition = self.partition, base_offset = new_base_offset, "rolled log segment");
-        Ok(())
+        Ok(sealed)
     }
 
     /// Whole raw batches starting with the one that holds `start_offset`,
@@ -762,9 +871,9 @@ impl PartitionLog {
     /// fsyncs the active segment (older ones were fsynced when they rolled)
     /// and moves the recovery point to the log end offset.
     pub fn flush(&mut self) -> Result<()> {
-        self.active().flush()?;
-        self.recovery_point = self.log_end_offset();
-        self.unflushed_messages = 0;
+        let ticket = self.flush_ticket()?;
+        ticket.sync()?;
+        self.flushed(&ticket);
         Ok(())
     }
 
@@ -778,14 +887,16 @@ impl PartitionLog {
     /// Starts a flush of everything appended so far, to be made by
     /// `FlushTicket::sync` without this log borrowed and recorded with
     /// `flushed`. Appends after the ticket count toward the next flush.
-    pub fn flush_ticket(&mut self) -> FlushTicket {
+    pub fn flush_ticket(&mut self) -> Result<FlushTicket> {
+        let mut indexes = std::mem::take(&mut self.unsynced_indexes);
+        indexes.extend(self.active().write_behind_indexes()?);
+        // From the segment holding the recovery point on: usually the active
+        // one alone, and a segment sealed since the last flush.
+        let first = self.segments.range(..=self.recovery_point).next_back().map_or(i64::MIN, |(&base, _)| base);
+        let files = self.segments.range(first..).map(|(_, segment)| segment.log_file().clone()).collect();
         self.unflushed_messages = 0;
         self.last_flush_ms = self.last_seen_ms;
-        FlushTicket {
-            file: self.active().log_file().clone(),
-            end: self.log_end_offset(),
-            truncations: self.truncations,
-        }
+        Ok(FlushTicket { files, indexes, end: self.log_end_offset(), truncations: self.truncations })
     }
 
     /// Records a ticket's sync: the recovery point moves to its end, unless
@@ -800,19 +911,23 @@ impl PartitionLog {
     /// passed since the last flush. Called periodically by the owner (and
     /// by owners that do not flush with tickets). Returns whether it flushed.
     pub fn maybe_flush(&mut self, now_ms: i64) -> Result<bool> {
-        if self.unflushed_messages == 0 {
-            self.last_flush_ms = now_ms;
-            return Ok(false);
-        }
-        let by_count = self.flush_due_by_count();
-        let by_time =
-            self.config.flush_ms.is_some_and(|limit| now_ms.saturating_sub(self.last_flush_ms) >= as_ms(limit));
-        if by_count || by_time {
+        if self.flush_due(now_ms) {
             self.flush()?;
             self.last_flush_ms = now_ms;
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// Whether `flush_messages` records are unflushed or `flush_ms` has
+    /// passed since the last flush (with records to flush).
+    pub fn flush_due(&mut self, now_ms: i64) -> bool {
+        if self.unflushed_messages == 0 {
+            self.last_flush_ms = now_ms;
+            return false;
+        }
+        self.flush_due_by_count()
+            || self.config.flush_ms.is_some_and(|limit| now_ms.saturating_sub(self.last_flush_ms) >= as_ms(limit))
     }
 
     pub fn unflushed_messages(&self) -> u64 {

@@ -231,7 +231,9 @@ fn rolls_by_segment_ms() {
     assert_eq!(log.segment_base_offsets(), vec![0]);
     log.append_in_place(&mut build_batch(1, 0, b"c"), 0, 1_000).expect("partition log test step");
     assert_eq!(log.segment_base_offsets(), vec![0, 2]);
-    assert_eq!(log.recovery_point(), 2, "the sealed segment was fsynced");
+    assert_eq!(log.recovery_point(), 0, "the sealed segment waits for the next flush");
+    log.flush().expect("partition log test step");
+    assert_eq!(log.recovery_point(), 3);
 }
 
 #[test]
@@ -430,14 +432,14 @@ fn a_flush_ticket_covers_what_was_appended_before_it_was_taken() {
     let dir = tempfile::tempdir().expect("partition log test step");
     let mut log = open(dir.path(), small_config(), 0);
     log.append_in_place(&mut build_batch(3, 0, b"a"), 0, 100).expect("partition log test step");
-    let ticket = log.flush_ticket();
+    let ticket = log.flush_ticket().expect("partition log test step");
     assert_eq!((ticket.end(), log.unflushed_messages()), (3, 0));
     // Appended while the sync runs: the next ticket's.
     log.append_in_place(&mut build_batch(2, 0, b"b"), 0, 200).expect("partition log test step");
     ticket.sync().expect("partition log test step");
     log.flushed(&ticket);
     assert_eq!((log.recovery_point(), log.unflushed_messages()), (3, 2));
-    let next = log.flush_ticket();
+    let next = log.flush_ticket().expect("partition log test step");
     next.sync().expect("partition log test step");
     log.flushed(&next);
     assert_eq!(log.recovery_point(), 5);
@@ -450,7 +452,7 @@ fn a_flush_ticket_taken_before_a_truncation_moves_nothing() {
     log.append_in_place(&mut build_batch(3, 0, b"a"), 0, 100).expect("partition log test step");
     log.flush().expect("partition log test step");
     log.append_in_place(&mut build_batch(3, 0, b"b"), 0, 200).expect("partition log test step");
-    let ticket = log.flush_ticket();
+    let ticket = log.flush_ticket().expect("partition log test step");
     // A new leader's answer cuts the unflushed batch; a batch of its own
     // lands at the same offsets before the old ticket's sync is recorded.
     log.truncate_to(3).expect("partition log test step");
@@ -1031,4 +1033,50 @@ fn a_pass_over_a_partition_deleted_meanwhile_puts_nothing_back() {
     fs::remove_dir_all(&partition_dir).unwrap();
     assert!(super::super::compaction::clean(&plan, std::time::SystemTime::now(), &|| false).is_err());
     assert!(!partition_dir.exists(), "the cleaner made the deleted partition's directory again");
+}
+
+#[test]
+fn a_roll_leaves_the_sealed_segments_fsync_to_the_next_flush() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut log = open(dir.path(), small_config(), 0);
+    let first = build_batch(3, 0, &payload(1, 900));
+    log.append_as_leader(&first, 0, 100).expect("partition log test step");
+    assert_eq!(log.recovery_point(), 0, "nothing flushed yet");
+    // Past segment.bytes: the prepare rolls, without an fsync.
+    let second = build_batch(2, 0, &payload(2, 300));
+    let prepared = log.prepare_append_as_leader(&second, 0, 200).expect("partition log test step");
+    assert!(prepared.rolled());
+    assert_eq!(log.segment_base_offsets(), vec![0, 3], "rolled at the log end");
+    assert_eq!(log.log_end_offset(), 3, "placed, not yet recorded");
+    let read = log.read(0, 1 << 20, i64::MAX).expect("partition log test step");
+    assert_eq!(read.len(), first.len(), "readers see the sealed segment only");
+    prepared.write(&second).expect("partition log test step");
+    let info = log.finish_append(prepared).expect("partition log test step");
+    assert_eq!((info.base_offset, info.last_offset), (3, 4));
+    assert_eq!(log.read(3, 1 << 20, i64::MAX).expect("partition log test step").len(), second.len());
+    // The sealed segment is not durable until a flush covers it, and the
+    // next flush does: both segments' files, and the recovery point then
+    // passes them.
+    assert_eq!((log.recovery_point(), log.unflushed_messages()), (0, 5));
+    let ticket = log.flush_ticket().expect("partition log test step");
+    assert_eq!((ticket.files.len(), ticket.end()), (2, 5));
+    ticket.sync().expect("partition log test step");
+    log.flushed(&ticket);
+    assert_eq!(log.recovery_point(), 5);
+    let next = log.flush_ticket().expect("partition log test step");
+    assert_eq!(next.files.len(), 1, "only the active segment once the sealed one is synced");
+}
+
+#[test]
+fn an_append_is_refused_at_its_finish_if_the_log_changed_under_it() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let mut log = open(dir.path(), small_config(), 0);
+    log.append_as_leader(&build_batch(3, 0, b"a"), 0, 100).expect("partition log test step");
+    let late = build_batch(2, 0, b"b");
+    let prepared = log.prepare_append_as_leader(&late, 0, 200).expect("partition log test step");
+    // What the owner's writer lock rules out: a truncation meanwhile.
+    log.truncate_to(0).expect("partition log test step");
+    prepared.write(&late).expect("partition log test step");
+    assert!(log.finish_append(prepared).is_err(), "not recorded over the truncation");
+    assert_eq!(log.log_end_offset(), 0);
 }

@@ -306,24 +306,16 @@ impl LogSegment {
     /// the offsets the log assigned, or empty) and then the rest of `batch`
     /// as received, in one vectored write: the record set is not copied.
     pub fn append(&mut self, head: &[u8], batch: &[u8], info: &BatchInfo) -> Result<()> {
-        assert_eq!(batch.len() as u64, info.size_bytes, "batch bytes and header disagree");
-        assert!(head.len() <= batch.len(), "a batch's head is part of it");
+        assert!(info.base_offset >= self.next_offset, "offsets only grow within a segment");
+        write_batch(&self.log_file, self.size_bytes, head, batch, info)?;
+        self.note_written(info)
+    }
+
+    /// Records a batch that [`write_batch`] wrote at the end of this
+    /// segment's file (made without the segment borrowed).
+    pub fn note_written(&mut self, info: &BatchInfo) -> Result<()> {
         assert!(info.base_offset >= self.next_offset, "offsets only grow within a segment");
         let position = self.size_bytes;
-        let mut parts = [std::io::IoSlice::new(head), std::io::IoSlice::new(&batch[head.len()..])];
-        let mut parts = &mut parts[..];
-        let mut at = position;
-        while !parts.is_empty() {
-            match rustix::io::pwritev(&*self.log_file, parts, at) {
-                Ok(0) => return Err(LogError::Io(ErrorKind::WriteZero.into())),
-                Ok(n) => {
-                    at += n as u64;
-                    std::io::IoSlice::advance_slices(&mut parts, n);
-                }
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(LogError::Io(e.into())),
-            }
-        }
         self.size_bytes += info.size_bytes;
         self.note_batch(info, position)
     }
@@ -504,10 +496,26 @@ impl LogSegment {
     /// Called when a newer segment takes over: records the largest
     /// timestamp in the time index (so a restart finds it) and fsyncs.
     pub fn on_become_inactive(&mut self) -> Result<()> {
+        for index in self.seal()? {
+            index.sync_data()?;
+        }
+        self.log_file.sync_data()?;
+        Ok(())
+    }
+
+    /// `on_become_inactive` without its fsyncs: the index files written
+    /// behind are returned, to be fsynced with the `.log` off the owner's lock.
+    pub fn seal(&mut self) -> Result<Vec<File>> {
         if self.max_timestamp >= 0 {
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)?;
         }
-        self.flush()
+        self.write_behind_indexes()
+    }
+
+    /// Writes both index files behind their in-memory entries, without
+    /// fsync; the files written, to fsync.
+    pub fn write_behind_indexes(&self) -> Result<Vec<File>> {
+        Ok([self.offset_index.write_behind()?, self.time_index.write_behind()?].into_iter().flatten().collect())
     }
 
     /// The `.log` file, for an fdatasync made without holding the log (group
@@ -578,6 +586,31 @@ impl LogSegment {
 /// Reads `len` bytes at `position` without zeroing the buffer first (reads
 /// go through `read_to_end`, which fills spare capacity). The file's cursor
 /// is moved; appends use positional writes, so it is never relied on.
+/// Writes one batch at `position` of `file`: `head` (the first bytes with the
+/// offsets the log assigned, or empty) and then the rest of `batch` as
+/// received, in one vectored write, so the record set is not copied. Needs
+/// no borrow of the segment: appends write with only the partition's writer
+/// lock held, and record the batch after ([`LogSegment::note_written`]).
+pub fn write_batch(file: &File, position: u64, head: &[u8], batch: &[u8], info: &BatchInfo) -> Result<()> {
+    assert_eq!(batch.len() as u64, info.size_bytes, "batch bytes and header disagree");
+    assert!(head.len() <= batch.len(), "a batch's head is part of it");
+    let mut parts = [std::io::IoSlice::new(head), std::io::IoSlice::new(&batch[head.len()..])];
+    let mut parts = &mut parts[..];
+    let mut at = position;
+    while !parts.is_empty() {
+        match rustix::io::pwritev(file, parts, at) {
+            Ok(0) => return Err(LogError::Io(ErrorKind::WriteZero.into())),
+            Ok(n) => {
+                at += n as u64;
+                std::io::IoSlice::advance_slices(&mut parts, n);
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(LogError::Io(e.into())),
+        }
+    }
+    Ok(())
+}
+
 fn read_range(file: &File, position: u64, len: u64) -> Result<Vec<u8>> {
     use std::io::{Read, Seek, SeekFrom};
     let mut bytes = Vec::with_capacity(len as usize);

@@ -196,6 +196,18 @@ pub struct Partition {
     /// Changes on every append: follower fetches long-poll on it.
     log_end_tx: watch::Sender<i64>,
     commit: Mutex<GroupCommit>,
+    /// Held by appends, from before they are placed until they are
+    /// recorded, and by truncations (which cut the active segment an append
+    /// writes to). Taken before `state`. The state lock is not held while
+    /// an append writes (a system call that can block for long under
+    /// writeback pressure), so reads, fetches, retention and leadership
+    /// changes go on meanwhile; retention and compaction never touch the
+    /// active segment.
+    writer: Mutex<()>,
+    /// Tests stop an append between its placing and its write here: it
+    /// sends on the first and waits on the second.
+    #[cfg(test)]
+    write_gate: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
     /// Sent after every group-commit flush: the count of failed ones.
     flushed_tx: watch::Sender<u64>,
     /// This partition, for the flushes it starts on a blocking thread.
@@ -290,6 +302,9 @@ impl Partition {
             high_watermark_tx,
             log_end_tx,
             commit: Mutex::new(GroupCommit::default()),
+            writer: Mutex::new(()),
+            #[cfg(test)]
+            write_gate: Mutex::new(None),
             flushed_tx,
             me: me.clone(),
         }))
@@ -299,6 +314,21 @@ impl Partition {
         // A panic while holding the lock would be a bug; the state itself
         // stays consistent (every mutation is a single log call or field set).
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The test hook of `write_gate`, once.
+    #[cfg(test)]
+    fn before_write(&self) {
+        let gate = self.write_gate.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((reached, release)) = gate {
+            let _ = reached.send(());
+            let _ = release.recv();
+        }
+    }
+
+    /// The writer lock (see `writer`); take it before the state lock.
+    fn writer(&self) -> MutexGuard<'_, ()> {
+        self.writer.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Moves the high watermark to the minimum log end offset over the ISR,
@@ -379,12 +409,12 @@ impl Partition {
         loop {
             self.commit.lock().unwrap_or_else(|e| e.into_inner()).again = false;
             let ticket = self.state().log.flush_ticket();
-            let synced = ticket.sync();
+            let synced = ticket.and_then(|ticket| ticket.sync().map(|()| ticket).map_err(LogError::from));
             {
                 let mut st = self.state();
                 match &synced {
-                    Ok(()) => {
-                        st.log.flushed(&ticket);
+                    Ok(ticket) => {
+                        st.log.flushed(ticket);
                         self.maybe_advance_high_watermark(&mut st);
                     }
                     Err(e) => tracing::error!(topic = %self.topic, partition = self.index, error = %e,
@@ -543,6 +573,7 @@ impl Partition {
     /// `leader_epoch` (the end offset the leader reported for our latest
     /// epoch; -1 when it knows none, then the high watermark is kept).
     pub fn truncate_for_epoch(&self, leader_epoch: i32, end_offset: i64) -> Result<(), PartitionError> {
+        let _writer = self.writer();
         let mut st = self.state();
         if st.is_leader || st.leader_epoch != leader_epoch {
             return Err(PartitionError::NotLeader);
@@ -608,6 +639,7 @@ impl Partition {
 
     /// A follower whose fetch offset is outside the leader's log starts over at `offset`.
     pub fn reset_to(&self, leader_epoch: i32, offset: i64) -> Result<(), PartitionError> {
+        let _writer = self.writer();
         let mut st = self.state();
         if st.is_leader || st.leader_epoch != leader_epoch {
             return Err(PartitionError::NotLeader);
@@ -629,13 +661,33 @@ impl Partition {
         leader_high_watermark: i64,
         leader_log_start: i64,
     ) -> Result<Option<i64>, PartitionError> {
+        // An empty answer (a long poll's) only moves the high watermark.
+        let _writer = (!records.is_empty()).then(|| self.writer());
         let mut st = self.state();
         if st.is_leader || st.leader_epoch != leader_epoch {
             return Err(PartitionError::NotLeader);
         }
+        let mut rolled = false;
         if !records.is_empty() {
-            st.log.append_as_follower(records, wall_ms())?;
+            let prepared = st.log.prepare_append_as_follower(records, wall_ms())?;
+            drop(st);
+            #[cfg(test)]
+            self.before_write();
+            prepared.write(records)?;
+            rolled = prepared.rolled();
+            st = self.state();
+            st.log.finish_append(prepared)?;
             st.producers.record_batches(records).map_err(LogError::from)?;
+            if st.is_leader || st.leader_epoch != leader_epoch {
+                // Led elsewhere meanwhile: the records stay, as any replica's
+                // unreplicated suffix does, for the next truncation to judge.
+                self.log_end_tx.send_replace(st.log.log_end_offset());
+                drop(st);
+                if rolled {
+                    self.request_flush();
+                }
+                return Err(PartitionError::NotLeader);
+            }
         }
         let hw = leader_high_watermark.min(st.log.log_end_offset());
         if hw > st.high_watermark {
@@ -650,7 +702,7 @@ impl Partition {
         }
         let durable_end = st.log.flush_due_by_count().then(|| st.log.log_end_offset());
         drop(st);
-        if durable_end.is_some() {
+        if durable_end.is_some() || rolled {
             self.request_flush();
         }
         Ok(durable_end)
@@ -776,6 +828,7 @@ impl Partition {
     /// Appends a produce request's record set as leader. Batches are checked
     /// (CRC, size, producer sequence) before anything is written.
     pub fn append_as_leader(&self, records: &[u8], acks_all: bool) -> Result<AppendResult, PartitionError> {
+        let _writer = self.writer();
         let mut st = self.state();
         if !st.is_leader {
             Self::note_refusal(&mut st, records, Refusal::NotLeader);
@@ -830,7 +883,14 @@ impl Partition {
         }
         let epoch = st.leader_epoch;
         let now = wall_ms();
-        let info = st.log.append_as_leader(records, epoch, now)?;
+        let prepared = st.log.prepare_append_as_leader(records, epoch, now)?;
+        drop(st);
+        #[cfg(test)]
+        self.before_write();
+        prepared.write(records)?;
+        let rolled = prepared.rolled();
+        let mut st = self.state();
+        let info = st.log.finish_append(prepared)?;
         let log_append_time_ms = if st.log.config().timestamp_type == TimestampType::LogAppendTime { now } else { -1 };
         if let Some((pid, pepoch, first_seq, last_seq, max_timestamp)) = sequenced {
             let max_timestamp = if log_append_time_ms >= 0 { log_append_time_ms } else { max_timestamp };
@@ -846,6 +906,7 @@ impl Partition {
         }
         self.maybe_advance_high_watermark(&mut st);
         self.log_end_tx.send_replace(st.log.log_end_offset());
+        let deposed = !st.is_leader || st.leader_epoch != epoch;
         let durable_end = st.log.flush_due_by_count().then(|| st.log.log_end_offset());
         let result = AppendResult {
             base_offset: info.base_offset,
@@ -856,8 +917,16 @@ impl Partition {
             durable_end,
         };
         drop(st);
-        if durable_end.is_some() {
+        // A roll sealed a segment: a flush covers it in the background.
+        if durable_end.is_some() || rolled {
             self.request_flush();
+        }
+        if deposed {
+            // Deposed while writing: the records stay in the log, as a
+            // deposed leader's unreplicated suffix does, for the truncation
+            // that follows to judge; the producer retries elsewhere (a
+            // retry here is recognized as a duplicate).
+            return Err(PartitionError::NotLeader);
         }
         Ok(result)
     }
@@ -1044,12 +1113,19 @@ impl Partition {
     /// The periodic flush (`flush.ms`, and `flush.messages` where no
     /// appender asked for one).
     pub fn maybe_flush(&self) -> Result<bool, LogError> {
+        let ticket = {
+            let mut st = self.state();
+            if !st.log.flush_due(wall_ms()) {
+                return Ok(false);
+            }
+            st.log.flush_ticket()?
+        };
+        // The fsync is made without the lock, as the group commit's is.
+        ticket.sync()?;
         let mut st = self.state();
-        let flushed = st.log.maybe_flush(wall_ms())?;
-        if flushed {
-            self.flushed_under_lock(st);
-        }
-        Ok(flushed)
+        st.log.flushed(&ticket);
+        self.flushed_under_lock(st);
+        Ok(true)
     }
 
     pub fn flush(&self) -> Result<(), LogError> {
@@ -1274,6 +1350,97 @@ mod tests {
         assert_eq!(partition_code(&p.offset_for(-2, -1)), 0, "earliest is answered");
         p.read(end, 1 << 20, true, 2, Some(ReplicaFetch::now(2))).expect("follower fetch");
         assert_eq!(p.offset_for(-1, -1).expect("latest"), (-1, end));
+    }
+
+    /// A leader of its own (ISR of one), holding one batch of 5 records.
+    fn lone_leader(dir: &std::path::Path) -> Arc<Partition> {
+        let log = PartitionLog::open(dir, "t", 0, LogConfig::default(), 0, wall_ms()).expect("open");
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        p.become_leader(1, 1, &[1], &[1]);
+        assert_eq!(code_of(p.append_as_leader(&opaque_batch(5), true)), Ok(0));
+        p
+    }
+
+    fn opaque_batch(records: i32) -> Vec<u8> {
+        build_batch(records, 1_000, &[7u8; 40])
+    }
+
+    /// Starts an append of `records` on another thread and returns once it
+    /// is placed and about to write, with the sender that lets it write.
+    fn append_stopped_before_its_write(
+        p: &Arc<Partition>,
+        records: Vec<u8>,
+    ) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<Result<AppendResult, PartitionError>>) {
+        let (reached_tx, reached) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        *p.write_gate.lock().expect("gate") = Some((reached_tx, release_rx));
+        let appender = p.clone();
+        let writing = std::thread::spawn(move || appender.append_as_leader(&records, true));
+        reached.recv().expect("the append reached its write");
+        (release, writing)
+    }
+
+    #[test]
+    fn a_segment_a_roll_sealed_is_flushed_behind_the_append() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig { segment_bytes: 1024, ..LogConfig::default() };
+        let log = PartitionLog::open(dir.path(), "t", 0, config, 0, wall_ms()).expect("open");
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        p.become_leader(1, 1, &[1], &[1]);
+        let big = build_batch(1, 1_000, &[7u8; 600]);
+        p.append_as_leader(&big, true).expect("append");
+        assert_eq!(p.recovery_point(), 0, "no flush asked for");
+        p.append_as_leader(&big, true).expect("append that rolls");
+        // Without a runtime the flush the roll asked for runs at once; with
+        // one it runs on a blocking thread.
+        assert_eq!(p.recovery_point(), 2, "the sealed segment and the new one are fsynced");
+        assert_eq!(p.group_commit_flushes(), 1);
+    }
+
+    #[test]
+    fn reads_and_leadership_go_on_while_an_append_writes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = lone_leader(dir.path());
+        let (release, writing) = append_stopped_before_its_write(&p, opaque_batch(3));
+        // The append holds no lock these need while it writes: each returns
+        // (a held lock would hang this test), and none sees the records yet.
+        let offsets = p.offsets();
+        assert_eq!((offsets.log_end_offset, offsets.high_watermark), (5, 5));
+        let read = p.read(0, 1 << 20, true, -1, None).expect("read");
+        assert_eq!(read.high_watermark, 5);
+        assert_eq!(read.records.len(), opaque_batch(5).len(), "only the first batch");
+        assert!(p.is_leader());
+        release.send(()).expect("release");
+        let appended = writing.join().expect("no panic").expect("appended");
+        assert_eq!((appended.base_offset, appended.last_offset), (5, 7));
+        let offsets = p.offsets();
+        assert_eq!((offsets.log_end_offset, offsets.high_watermark), (8, 8));
+        let read = p.read(5, 1 << 20, true, -1, None).expect("read");
+        assert_eq!(read.records.len(), opaque_batch(3).len(), "the second batch, once written");
+    }
+
+    #[test]
+    fn a_leader_deposed_while_writing_answers_not_leader_and_truncation_waits_for_the_write() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = lone_leader(dir.path());
+        let (release, writing) = append_stopped_before_its_write(&p, opaque_batch(3));
+        p.become_follower(2, 2);
+        // The new leader's answer comes while the write is still going:
+        // the truncation waits for it, then cuts the records it wrote.
+        let truncating = {
+            let p = p.clone();
+            std::thread::spawn(move || p.truncate_for_epoch(2, 5))
+        };
+        release.send(()).expect("release");
+        let answered = writing.join().expect("no panic");
+        assert!(matches!(answered, Err(PartitionError::NotLeader)), "{answered:?}");
+        truncating.join().expect("no panic").expect("truncated");
+        assert_eq!(p.offsets().log_end_offset, 5, "the deposed leader's suffix is gone");
+        let mut leader_records = opaque_batch(2);
+        crate::log::batch::set_base_offset(&mut leader_records, 5);
+        crate::log::batch::set_partition_leader_epoch(&mut leader_records, 2);
+        assert_eq!(p.append_as_follower(2, &leader_records, 7, 0).expect("follower append"), None);
+        assert_eq!(p.offsets().log_end_offset, 7);
     }
 
     fn fsync_each_leader(dir: &std::path::Path, isr: &[i32]) -> Arc<Partition> {
