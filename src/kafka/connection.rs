@@ -591,7 +591,7 @@ async fn serve_connection<R: FrameSource>(
                 // In the reader, so requests still reach their handlers in order.
                 ctx.data_plane_current().await;
                 let in_order = STARTED_IN_ORDER.contains(&request.api);
-                let pending = registry::dispatch(ctx.clone(), *request, &session);
+                let pending = registry::dispatch(ctx.clone(), *request, &session).await;
                 // The frame's bytes are handled: a produce's records are
                 // appended, and other requests are small.
                 drop(reserved);

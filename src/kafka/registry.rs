@@ -175,10 +175,11 @@ pub struct Session {
 /// A response being worked out; `None` when no answer is due (acks=0).
 pub type PendingResponse = Pin<Box<dyn Future<Output = Option<ResponseFrame>> + Send>>;
 
-/// Starts handling `request`. Produce appends happen right here, in the
-/// connection's request order; everything that waits (acks=all, long-poll
-/// fetches, controller round trips) runs in the returned future.
-pub fn dispatch(ctx: Arc<NodeContext>, request: Request, session: &Session) -> PendingResponse {
+/// Starts handling `request`. Produce appends are made before this returns,
+/// in the connection's request order, on a blocking thread (they write to
+/// the disk); everything that waits (acks=all, long-poll fetches,
+/// controller round trips) runs in the returned future.
+pub async fn dispatch(ctx: Arc<NodeContext>, request: Request, session: &Session) -> PendingResponse {
     // With a `request_percentage` quota somewhere, the time spent handling
     // each request counts against it, and the throttle goes in its answer.
     let clock = ctx
@@ -197,10 +198,10 @@ pub fn dispatch(ctx: Arc<NodeContext>, request: Request, session: &Session) -> P
         clock: clock.clone(),
     };
     let Some(clock) = clock else {
-        return dispatch_as(ctx, request, client);
+        return dispatch_as(ctx, request, client).await;
     };
     clock.start();
-    let pending = dispatch_as(ctx, request, client);
+    let pending = dispatch_as(ctx, request, client).await;
     clock.stop();
     Box::pin(Timed { inner: pending, clock })
 }
@@ -291,7 +292,7 @@ fn add_throttle(response: &mut ResponseKind, ms: i32) {
     );
 }
 
-fn dispatch_as(ctx: Arc<NodeContext>, request: Request, client: Client) -> PendingResponse {
+async fn dispatch_as(ctx: Arc<NodeContext>, request: Request, client: Client) -> PendingResponse {
     let (api, version, correlation_id) =
         (request.api, request.header.request_api_version, request.header.correlation_id);
     match request.body {
@@ -302,7 +303,16 @@ fn dispatch_as(ctx: Arc<NodeContext>, request: Request, client: Client) -> Pendi
                 .flat_map(|t| t.partition_data.iter())
                 .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
                 .sum();
-            let in_flight = handlers::produce::append(&ctx, r, version, &client);
+            let in_flight = {
+                let (ctx, client) = (ctx.clone(), client.clone());
+                match tokio::task::spawn_blocking(move || handlers::produce::append(&ctx, r, version, &client)).await {
+                    Ok(in_flight) => in_flight,
+                    // A panic in an append is a bug: it ends this connection, as it would in the reader.
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    // The runtime is shutting down: no answer.
+                    Err(_) => return Box::pin(async { None }),
+                }
+            };
             let throttle_ms = ctx.throttle(&client, QuotaKind::Produce, bytes);
             Box::pin(async move {
                 let mut produced = in_flight.finish().await?;

@@ -230,6 +230,8 @@ impl FetcherManager {
                 .collect(),
         );
         let response = conn.send(&request, EPOCH_VERSION, Duration::from_secs(5)).await?;
+        // (partition, its leader epoch, the leader's answer: epoch and end offset)
+        let mut answers: Vec<(Arc<Partition>, i32, i32, i64)> = Vec::new();
         for t in response.topics {
             for r in t.partitions {
                 let key = (t.topic.0.to_string(), r.partition);
@@ -243,9 +245,24 @@ impl FetcherManager {
                     tracing::debug!(topic = %p.topic, partition = p.index, code = r.error_code, "epoch lookup refused");
                     continue;
                 }
-                if let Err(e) = p.truncate_to_leader_answer(pos.leader_epoch, r.leader_epoch, r.end_offset) {
+                answers.push(((*p).clone(), pos.leader_epoch, r.leader_epoch, r.end_offset));
+            }
+        }
+        if answers.is_empty() {
+            return Ok(());
+        }
+        // Truncations cut and fsync files: on a blocking thread.
+        let truncated = tokio::task::spawn_blocking(move || {
+            for (p, leader_epoch, answer_epoch, answer_end) in answers {
+                if let Err(e) = p.truncate_to_leader_answer(leader_epoch, answer_epoch, answer_end) {
                     tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "truncation failed");
                 }
+            }
+        })
+        .await;
+        if let Err(e) = truncated {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
             }
         }
         Ok(())
@@ -330,10 +347,9 @@ impl FetcherManager {
             return Ok(());
         }
         let mut retry_soon = false;
-        // Appends that reached `flush.messages`: fetched again only once
-        // fsynced, so the offset the next fetch reports is durable. Their
-        // flushes run meanwhile, one per partition.
-        let mut durable: Vec<(Arc<Partition>, i64, i32)> = Vec::new();
+        // What each answered partition's log does with its answer, made on
+        // a blocking thread when it touches the disk.
+        let mut steps: Vec<(Arc<Partition>, i32, FollowerStep)> = Vec::new();
         for t in response.responses {
             for r in t.partitions {
                 let key = (t.topic.0.to_string(), r.partition_index);
@@ -343,40 +359,43 @@ impl FetcherManager {
                 if !self.replicas.get(&key.0, key.1).is_some_and(|current| Arc::ptr_eq(&current, p)) {
                     continue;
                 }
-                let outcome = match ResponseError::try_from_code(r.error_code) {
+                let step = match ResponseError::try_from_code(r.error_code) {
                     None => {
                         let mut records = r.records.unwrap_or_default();
                         records.truncate(whole_batches_len(&records));
                         if throttled.contains(&key) {
                             throttle.record(records.len(), mono_ms());
                         }
-                        p.append_as_follower(*epoch, &records, r.high_watermark, r.log_start_offset).map(|end| {
-                            if let Some(end) = end {
-                                durable.push((p.clone(), end, *epoch));
-                            }
-                        })
+                        FollowerStep::Append {
+                            records,
+                            high_watermark: r.high_watermark,
+                            log_start: r.log_start_offset,
+                        }
                     }
                     Some(ResponseError::OffsetOutOfRange) => {
-                        let pos = p.follower_position();
-                        match pos {
-                            Some(pos) if pos.log_end_offset < r.log_start_offset => {
-                                p.reset_to(*epoch, r.log_start_offset)
-                            }
-                            Some(_) => p.truncate_for_epoch(*epoch, r.high_watermark),
-                            None => Ok(()),
-                        }
+                        FollowerStep::OutOfRange { high_watermark: r.high_watermark, log_start: r.log_start_offset }
                     }
                     Some(e) => {
                         tracing::debug!(topic = %key.0, partition = key.1, error = ?e, "follower fetch refused");
                         retry_soon = true;
-                        Ok(())
+                        continue;
                     }
                 };
-                if let Err(e) = outcome {
-                    tracing::debug!(topic = %key.0, partition = key.1, error = %e, "follower append skipped");
-                }
+                steps.push((p.clone(), *epoch, step));
             }
         }
+        // Appends that reached `flush.messages`: fetched again only once
+        // fsynced, so the offset the next fetch reports is durable. Their
+        // flushes run meanwhile, one per partition.
+        let durable = if steps.iter().any(|(_, _, step)| step.touches_disk()) {
+            match tokio::task::spawn_blocking(move || apply_steps(steps)).await {
+                Ok(durable) => durable,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => return Ok(()), // the runtime is shutting down
+            }
+        } else {
+            apply_steps(steps)
+        };
         for (p, end, epoch) in durable {
             let outcome = p.wait_durable(end, epoch, DURABLE_WAIT).await;
             if outcome != DurableWait::Durable {
@@ -389,4 +408,54 @@ impl FetcherManager {
         }
         Ok(())
     }
+}
+
+/// What a follower's log does with its part of a Fetch answer.
+enum FollowerStep {
+    Append {
+        records: bytes::Bytes,
+        high_watermark: i64,
+        log_start: i64,
+    },
+    /// The fetch offset is outside the leader's log.
+    OutOfRange {
+        high_watermark: i64,
+        log_start: i64,
+    },
+}
+
+impl FollowerStep {
+    fn touches_disk(&self) -> bool {
+        match self {
+            Self::Append { records, .. } => !records.is_empty(),
+            Self::OutOfRange { .. } => true,
+        }
+    }
+}
+
+/// Applies each partition's step (appends, truncations: call it off the
+/// async threads when any touches the disk). Returns the appends that wait
+/// for their fsync: (partition, durable end, leader epoch).
+fn apply_steps(steps: Vec<(Arc<Partition>, i32, FollowerStep)>) -> Vec<(Arc<Partition>, i64, i32)> {
+    let mut durable = Vec::new();
+    for (p, epoch, step) in steps {
+        let outcome = match step {
+            FollowerStep::Append { records, high_watermark, log_start } => {
+                p.append_as_follower(epoch, &records, high_watermark, log_start).map(|end| {
+                    if let Some(end) = end {
+                        durable.push((p.clone(), end, epoch));
+                    }
+                })
+            }
+            FollowerStep::OutOfRange { high_watermark, log_start } => match p.follower_position() {
+                Some(pos) if pos.log_end_offset < log_start => p.reset_to(epoch, log_start),
+                Some(_) => p.truncate_for_epoch(epoch, high_watermark),
+                None => Ok(()),
+            },
+        };
+        if let Err(e) = outcome {
+            tracing::debug!(topic = %p.topic, partition = p.index, error = %e, "follower append skipped");
+        }
+    }
+    durable
 }

@@ -437,9 +437,13 @@ impl ReplicaManager {
         let mut retention =
             tokio::time::interval(Duration::from_millis(self.settings.u64("log.retention.check.interval.ms").max(100)));
         let cleaning = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flushing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let checkpointing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         for t in [&mut flush, &mut checkpoint, &mut retention] {
             t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         }
+        // Each timer's work touches the disk: it runs on a blocking thread,
+        // one pass at a time, while the loop goes on following the image.
         loop {
             tokio::select! {
                 changed = applied.changed() => {
@@ -447,18 +451,17 @@ impl ReplicaManager {
                     let current = applied.borrow_and_update().clone();
                     self.apply_applied(&current);
                 }
-                _ = flush.tick() => self.flush_due(),
-                _ = checkpoint.tick() => self.write_checkpoint(),
+                _ = flush.tick() => {
+                    let me = self.clone();
+                    run_once_off_runtime(&flushing, move || me.flush_due());
+                }
+                _ = checkpoint.tick() => {
+                    let me = self.clone();
+                    run_once_off_runtime(&checkpointing, move || me.write_checkpoint());
+                }
                 _ = retention.tick() => {
-                    // One pass at a time; the loop goes on following the image meanwhile.
-                    if !cleaning.swap(true, std::sync::atomic::Ordering::AcqRel) {
-                        let (me, cleaning, stop) = (self.clone(), cleaning.clone(), shutdown.clone());
-                        tokio::task::spawn_blocking(move || {
-                            // Cleared even if the pass panics, or no pass would run again.
-                            let _clear = ClearOnDrop(cleaning);
-                            me.retention(&stop);
-                        });
-                    }
+                    let (me, stop) = (self.clone(), shutdown.clone());
+                    run_once_off_runtime(&cleaning, move || me.retention(&stop));
                 }
                 _ = shutdown.changed() => break,
             }
@@ -474,6 +477,19 @@ impl ReplicaManager {
             }
         }
         self.write_checkpoint();
+    }
+}
+
+/// Runs `work` on a blocking thread unless the last one `busy` guards is
+/// still running.
+fn run_once_off_runtime(busy: &Arc<std::sync::atomic::AtomicBool>, work: impl FnOnce() + Send + 'static) {
+    if !busy.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        let busy = busy.clone();
+        tokio::task::spawn_blocking(move || {
+            // Cleared even if the work panics, or it would never run again.
+            let _clear = ClearOnDrop(busy);
+            work();
+        });
     }
 }
 
