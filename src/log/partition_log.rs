@@ -189,6 +189,11 @@ impl PreparedAppend {
     }
 }
 
+/// A read within this many bytes of the log end is taken to come from the
+/// page cache (recently written); one further behind is warmed on a
+/// blocking thread before it is made (see [`PartitionLog::prefetch_range`]).
+pub const HOT_TAIL_BYTES: u64 = 64 << 20;
+
 /// The partition directory name, `<topic>-<partition>`.
 pub fn partition_dir_name(topic: &str, partition: i32) -> String {
     format!("{topic}-{partition}")
@@ -581,6 +586,41 @@ impl PartitionLog {
             }
         }
         Ok(FileSlice::empty())
+    }
+
+    /// For a read from `offset` far behind the log end (more than
+    /// [`HOT_TAIL_BYTES`] before it, so perhaps no longer in the page
+    /// cache): the file range it will read, from the offset index's entry
+    /// at or before `offset`, `max_bytes` and the index's spacing long, to
+    /// warm without the lock before the read (see [`FileSlice::warm`]).
+    /// `None` near the end, where consumers keeping up read, and outside
+    /// the log. In memory only: no I/O.
+    pub fn prefetch_range(&self, offset: i64, max_bytes: u64) -> Option<FileSlice> {
+        if offset < self.log_start_offset() || offset >= self.log_end_offset() {
+            return None;
+        }
+        let (&base, segment) = self.segments.range(..=offset).next_back()?;
+        let position = segment.position_at_or_before(offset);
+        if self.bytes_after(base, position) <= HOT_TAIL_BYTES {
+            return None;
+        }
+        let len = (max_bytes + self.config.index_interval_bytes).min(segment.size_bytes().saturating_sub(position));
+        Some(FileSlice::new(segment.log_file().clone(), position, len))
+    }
+
+    /// Bytes of the log from `position` of the segment at `segment_base` to
+    /// the log end.
+    pub fn bytes_after(&self, segment_base: i64, position: u64) -> u64 {
+        self.segments
+            .range(segment_base..)
+            .map(|(&base, segment)| {
+                if base == segment_base {
+                    segment.size_bytes().saturating_sub(position)
+                } else {
+                    segment.size_bytes()
+                }
+            })
+            .sum()
     }
 
     /// The first batch whose max timestamp is >= `target_timestamp`

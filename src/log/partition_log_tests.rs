@@ -1080,3 +1080,36 @@ fn an_append_is_refused_at_its_finish_if_the_log_changed_under_it() {
     assert!(log.finish_append(prepared).is_err(), "not recorded over the truncation");
     assert_eq!(log.log_end_offset(), 0);
 }
+
+#[test]
+fn a_read_further_than_the_hot_tail_from_the_log_end_gets_a_range_to_warm() {
+    let dir = tempfile::tempdir().expect("partition log test step");
+    let config = LogConfig { segment_bytes: 16 << 20, max_message_bytes: 2 << 20, ..small_config() };
+    let mut log = open(dir.path(), config, 0);
+    let batch = build_batch(1, 0, &payload(3, 1 << 20));
+    let batches = (HOT_TAIL_BYTES / batch.len() as u64) as i64 + 2;
+    for _ in 0..batches {
+        log.append_as_leader(&batch, 0, 100).expect("partition log test step");
+    }
+    assert!(log.segment_base_offsets().len() > 3, "spread over segments");
+    let total = log.size_bytes();
+    assert_eq!(log.bytes_after(0, 0), total);
+    let (last_base, last_size) = (log.active().base_offset(), log.active().size_bytes());
+    assert_eq!(log.bytes_after(last_base, 0), last_size);
+    assert_eq!(log.bytes_after(last_base, last_size), 0);
+    // From the start: far behind; the range covers what the read takes.
+    let range = log.prefetch_range(0, 1 << 20).expect("far behind");
+    let read = log.slice(0, 1 << 20, i64::MAX, true).expect("partition log test step");
+    assert_eq!(range.position(), read.position());
+    assert!(range.len() >= read.len(), "{} < {}", range.len(), read.len());
+    range.warm().expect("partition log test step");
+    // From an offset inside a segment: the range starts at or before it.
+    let middle = log.prefetch_range(1, 1 << 20).expect("far behind");
+    let read = log.slice(1, 1 << 20, i64::MAX, true).expect("partition log test step");
+    assert!(middle.position() <= read.position());
+    assert!(middle.position() + middle.len() as u64 >= read.position() + read.len() as u64);
+    // Near the end, and outside the log: nothing to warm.
+    assert!(log.prefetch_range(batches - 1, 1 << 20).is_none(), "the last batch is in the hot tail");
+    assert!(log.prefetch_range(batches, 1 << 20).is_none(), "at the log end");
+    assert!(log.prefetch_range(-1, 1 << 20).is_none());
+}

@@ -320,6 +320,12 @@ impl LogSegment {
         self.note_batch(info, position)
     }
 
+    /// The file position of the offset index's entry at or before
+    /// `offset` (where a read of `offset` starts scanning; in memory).
+    pub fn position_at_or_before(&self, offset: i64) -> u64 {
+        u64::from(self.offset_index.lookup(offset).position)
+    }
+
     /// The first batch whose last offset is >= `offset`, found through the
     /// offset index and then a scan of batch headers.
     pub fn translate_offset(&self, offset: i64) -> Result<Option<BatchAt>> {

@@ -999,6 +999,13 @@ impl Partition {
         })
     }
 
+    /// The file range a read from `offset` of up to `max_bytes` would make,
+    /// when it lies far behind the log end (see
+    /// `PartitionLog::prefetch_range`); in memory, no I/O.
+    pub fn prefetch_range(&self, offset: i64, max_bytes: u64) -> Option<FileSlice> {
+        self.state().log.prefetch_range(offset, max_bytes)
+    }
+
     /// Whole batches from `offset` up to the log end, for the leader's own
     /// use (rebuilding state from the log), with the log end offset; no
     /// follower bookkeeping. `offset` below the log start reads from the start.

@@ -21,6 +21,7 @@ use crate::clock::mono_ms;
 use crate::kafka::fetch_session::{Owner, Plan};
 use crate::kafka::frame::RecordSlices;
 use crate::kafka::registry::Client;
+use crate::log::slice::FileSlice;
 use crate::log::LogError;
 use crate::node::NodeContext;
 use crate::replication::partition::ReplicaFetch;
@@ -168,6 +169,7 @@ pub async fn handle(
     drop(image);
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let min_bytes = request.min_bytes.max(0) as usize;
+    warm_far_behind(ctx, &plan, &readable).await;
     loop {
         // Subscribe before reading, so an append between the read and the
         // wait still wakes us.
@@ -193,6 +195,42 @@ pub async fn handle(
             _ = select_all(changes) => {}
             _ = roles.changed() => {}
             _ = tokio::time::sleep_until(deadline.into()) => {}
+        }
+    }
+}
+
+/// Warms, on a blocking thread, the file ranges that the reads of `plan`
+/// far behind their logs' ends will make (a lagging consumer, a replica
+/// catching up), so that the read, which scans batch headers under the
+/// partition's lock, and the send from the connection's async thread find
+/// them in the page cache instead of waiting for the disk. Reads near the
+/// end (consumers keeping up) need none, and cost nothing here.
+async fn warm_far_behind(ctx: &NodeContext, plan: &Plan, readable: &[bool]) {
+    let cold: Vec<FileSlice> = plan
+        .iter()
+        .zip(readable)
+        .filter(|(_, &readable)| readable)
+        .flat_map(|((topic, wants), _)| {
+            wants.iter().filter_map(move |fp| {
+                let partition = ctx.replicas.get(topic.0.as_str(), fp.partition)?;
+                partition.prefetch_range(fp.fetch_offset, fp.partition_max_bytes.max(0) as u64)
+            })
+        })
+        .collect();
+    if cold.is_empty() {
+        return;
+    }
+    let warmed = tokio::task::spawn_blocking(move || {
+        for slice in cold {
+            if let Err(e) = slice.warm() {
+                tracing::debug!(error = %e, "warming a fetch's records failed; they are read as they are");
+            }
+        }
+    })
+    .await;
+    if let Err(e) = warmed {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
         }
     }
 }
