@@ -14,6 +14,13 @@ each on its own connection, send one request every --probe-ms and time the answe
 Reported per round: each probe's p50/p99/max, the produce MB/s and p99 from loadgen,
 the broker's CPU-seconds, and the peak `Dirty` of /proc/meminfo (writeback pressure).
 
+--catch-up instead fills the topic for --seconds, drops the page cache (root only:
+`sync` and /proc/sys/vm/drop_caches) and then probes while one confluent-kafka consumer
+reads the whole topic from offset 0: a lagging consumer whose reads come from the disk.
+--read-mb-s N makes that disk slower for the broker alone: its process goes into a
+cgroup (v1 blkio, root) whose reads from the data directory's device are throttled to
+N MB/s.
+
     cargo build --release --bins --example loadgen
     target/pyenv/bin/python bench/stall_bench.py
     target/pyenv/bin/python bench/stall_bench.py --bin OTHER/strom --rounds 3 --seconds 20
@@ -129,6 +136,95 @@ def one_round(cluster, topic, args):
     }
 
 
+def drop_page_cache():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("1\n")
+
+
+BLKIO = "/sys/fs/cgroup/blkio"
+
+
+def throttle_reads(pid, directory, mb_s):
+    """Puts pid into a new blkio cgroup whose reads from directory's device are limited
+    to mb_s MB/s; returns the cgroup's path (remove it with unthrottle)."""
+    group = os.path.join(BLKIO, f"strom-stall-{pid}")
+    os.makedirs(group, exist_ok=True)
+    st = os.stat(directory)
+    with open(os.path.join(group, "blkio.throttle.read_bps_device"), "w") as f:
+        f.write(f"{os.major(st.st_dev)}:{os.minor(st.st_dev)} {int(mb_s * MB)}\n")
+    with open(os.path.join(group, "cgroup.procs"), "w") as f:
+        f.write(f"{pid}\n")
+    return group
+
+
+def unthrottle(group):
+    """Moves what is left in the cgroup back to the root one and removes it."""
+    try:
+        with open(os.path.join(group, "cgroup.procs")) as f:
+            pids = f.read().split()
+        for pid in pids:
+            with open(os.path.join(BLKIO, "cgroup.procs"), "w") as f:
+                f.write(f"{pid}\n")
+        os.rmdir(group)
+    except OSError as e:
+        print(f"could not remove {group}: {e}", file=sys.stderr)
+
+
+def catch_up_round(cluster, topic, args):
+    """Fills the topic, drops the page cache, then probes while a consumer reads it all."""
+    from confluent_kafka import Consumer, TopicPartition
+    node = cluster.node(1)
+    out = subprocess.run([args.loadgen, "--bootstrap", node.kafka, "--topic", topic,
+                          "--partitions", str(args.partitions), "--connections", str(args.connections),
+                          "--batch", str(args.batch), "--size", str(args.size), "--seconds", str(args.seconds),
+                          "--json"], capture_output=True, text=True, timeout=args.seconds + 120)
+    if out.returncode != 0:
+        raise SystemExit(f"loadgen failed ({out.returncode}): {out.stdout[-2000:]} {out.stderr[-2000:]}")
+    records = json.loads(out.stdout.strip().splitlines()[-1])["records"]
+    drop_page_cache()
+    host, port = node.kafka.rsplit(":", 1)
+    addr = (host, int(port))
+    stop = threading.Event()
+    lat_versions, lat_offsets = [], []
+    probes = [
+        threading.Thread(target=probe, args=(addr, 18, 0, b"", args.probe_ms / 1000, stop, lat_versions)),
+        threading.Thread(target=probe, args=(addr, 2, 1, list_offsets_body(topic), args.probe_ms / 1000, stop,
+                                             lat_offsets)),
+    ]
+    for th in probes:
+        th.start()
+    c = Consumer({"bootstrap.servers": node.kafka, "group.id": "stall-bench", "enable.auto.commit": False,
+                  "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 1048576})
+    c.assign([TopicPartition(topic, p, 0) for p in range(args.partitions)])
+    cpu0 = cpu_seconds(node.pid)
+    t = time.perf_counter()
+    seen = nbytes = 0
+    deadline = time.monotonic() + 600
+    try:
+        while seen < records and time.monotonic() < deadline:
+            for m in c.consume(num_messages=10000, timeout=1.0):
+                if m.error() is None:
+                    seen += 1
+                    nbytes += len(m.value())
+    finally:
+        elapsed = time.perf_counter() - t
+        cpu = cpu_seconds(node.pid) - cpu0
+        c.close()
+        stop.set()
+        for th in probes:
+            th.join()
+    if seen != records:
+        raise SystemExit(f"{topic}: read {seen} of {records} records")
+    ms = lambda xs, p: pct(xs, p) * 1000  # noqa: E731
+    return {
+        "consume_mb_s": nbytes / MB / elapsed, "records": records, "broker_cpu_s": cpu,
+        "api_versions_ms": [ms(lat_versions, 50), ms(lat_versions, 99), max(lat_versions) * 1000],
+        "list_offsets_ms": [ms(lat_offsets, 50), ms(lat_offsets, 99), max(lat_offsets) * 1000],
+        "probes": [len(lat_versions), len(lat_offsets)],
+    }
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default=os.path.join(REPO, "target", "release", "strom"))
@@ -143,6 +239,10 @@ def main():
     ap.add_argument("--probe-ms", type=float, default=5)
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="broker setting (repeatable)")
     ap.add_argument("--json", help="write the results to this file")
+    ap.add_argument("--catch-up", action="store_true",
+                    help="fill for --seconds, drop the page cache, probe while a consumer reads it all")
+    ap.add_argument("--read-mb-s", type=float,
+                    help="throttle the broker's disk reads to this many MB/s (cgroup v1 blkio, root)")
     args = ap.parse_args()
     for path in (args.bin, args.loadgen):
         if not os.access(path, os.X_OK):
@@ -150,30 +250,42 @@ def main():
     directory = tempfile.mkdtemp(prefix="strom-stall-")
     cluster = cluster_helpers.start(directory, 1, args.set, os.path.abspath(args.bin), "warn")
     results = []
+    group = None
     try:
+        if args.read_mb_s:
+            group = throttle_reads(cluster.node(1).pid, directory, args.read_mb_s)
         for i in range(args.rounds):
             topic = f"stall-{i}"
             cluster.create_topic(topic, partitions=args.partitions, rf=1,
                                  configs={"segment.bytes": str(args.segment_mb * MB)})
             cluster.wait_topic(topic, args.partitions)
-            r = one_round(cluster, topic, args)
-            results.append(r)
-            print(f"round {i + 1}: produce {r['produce_mb_s']:.0f} MB/s (p99 {r['produce_p99_ms']:.1f} ms), "
-                  f"broker CPU {r['broker_cpu_s']:.1f} s, peak Dirty {r['peak_dirty_mb']:.0f} MB; "
-                  "ApiVersions p50/p99/max {:.2f}/{:.2f}/{:.1f} ms; ListOffsets {:.2f}/{:.2f}/{:.1f} ms".format(
-                      *r["api_versions_ms"], *r["list_offsets_ms"]), flush=True)
+            if args.catch_up:
+                r = catch_up_round(cluster, topic, args)
+                results.append(r)
+                print(f"round {i + 1}: consume {r['consume_mb_s']:.0f} MB/s from a cold page cache "
+                      f"({r['records']} records), broker CPU {r['broker_cpu_s']:.1f} s; "
+                      "ApiVersions p50/p99/max {:.2f}/{:.2f}/{:.1f} ms; ListOffsets {:.2f}/{:.2f}/{:.1f} ms".format(
+                          *r["api_versions_ms"], *r["list_offsets_ms"]), flush=True)
+            else:
+                r = one_round(cluster, topic, args)
+                results.append(r)
+                print(f"round {i + 1}: produce {r['produce_mb_s']:.0f} MB/s (p99 {r['produce_p99_ms']:.1f} ms), "
+                      f"broker CPU {r['broker_cpu_s']:.1f} s, peak Dirty {r['peak_dirty_mb']:.0f} MB; "
+                      "ApiVersions p50/p99/max {:.2f}/{:.2f}/{:.1f} ms; ListOffsets {:.2f}/{:.2f}/{:.1f} ms".format(
+                          *r["api_versions_ms"], *r["list_offsets_ms"]), flush=True)
             # Deleted after its round: the next round starts with the page cache it freed.
             status, body = cluster.send(1, "DELETE", f"/v1/topics/{topic}")
             if status not in (200, 202, 204):
                 raise SystemExit(f"delete {topic}: {status} {body}")
     finally:
         cluster.close()
+        if group:
+            unthrottle(group)
         shutil.rmtree(directory, ignore_errors=True)
     if len(results) > 1:
         med = lambda key, i: statistics.median(r[key][i] for r in results)  # noqa: E731
-        print("median: ApiVersions max {:.1f} ms, ListOffsets max {:.1f} ms, produce {:.0f} MB/s".format(
-            med("api_versions_ms", 2), med("list_offsets_ms", 2),
-            statistics.median(r["produce_mb_s"] for r in results)))
+        print("median: ApiVersions max {:.1f} ms, ListOffsets max {:.1f} ms".format(
+            med("api_versions_ms", 2), med("list_offsets_ms", 2)))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
