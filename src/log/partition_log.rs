@@ -122,7 +122,8 @@ pub struct FlushTicket {
     /// to the active one: a segment a roll sealed is fsynced by the next
     /// flush (which the roll asks for), not by the roll.
     files: Vec<std::sync::Arc<std::fs::File>>,
-    /// Index files written behind their entries since the last flush.
+    /// Index files of segments sealed since the last flush, written behind
+    /// their entries.
     indexes: Vec<std::fs::File>,
     end: i64,
     truncations: u64,
@@ -928,8 +929,11 @@ impl PartitionLog {
     /// `FlushTicket::sync` without this log borrowed and recorded with
     /// `flushed`. Appends after the ticket count toward the next flush.
     pub fn flush_ticket(&mut self) -> Result<FlushTicket> {
-        let mut indexes = std::mem::take(&mut self.unsynced_indexes);
-        indexes.extend(self.active().write_behind_indexes()?);
+        // The active segment's indexes are not written: a log opens its last
+        // segment by scanning it whatever they hold (see `load_segments`), and
+        // two more fsyncs per flush would halve what a group commit carries.
+        // A sealed segment's are, as its recovery trusts them.
+        let indexes = std::mem::take(&mut self.unsynced_indexes);
         // From the segment holding the recovery point on: usually the active
         // one alone, and a segment sealed since the last flush.
         let first = self.segments.range(..=self.recovery_point).next_back().map_or(i64::MIN, |(&base, _)| base);
