@@ -175,10 +175,6 @@ pub struct Session {
 /// A response being worked out; `None` when no answer is due (acks=0).
 pub type PendingResponse = Pin<Box<dyn Future<Output = Option<ResponseFrame>> + Send>>;
 
-/// Produce requests with at least this many bytes of records are appended
-/// on a blocking thread; smaller ones on the connection's own.
-const PRODUCE_OFF_THREAD_BYTES: usize = 256 << 10;
-
 /// Starts handling `request`. Produce appends are made before this returns,
 /// in the connection's request order (large ones on a blocking thread: they
 /// write to the disk); everything that waits (acks=all, long-poll fetches,
@@ -307,12 +303,9 @@ async fn dispatch_as(ctx: Arc<NodeContext>, request: Request, client: Client) ->
                 .flat_map(|t| t.partition_data.iter())
                 .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
                 .sum();
-            // A large append runs on a blocking thread: its write can take
-            // long enough to hold up every connection this thread serves. A
-            // small one is written here: handing it to another thread and
-            // back costs more than its write (37% of the throughput of 16
-            // producers of 16 KiB requests with flush.messages=1).
-            let in_flight = if bytes < PRODUCE_OFF_THREAD_BYTES {
+            // A large append runs on a blocking thread, a small one here
+            // (see APPEND_OFF_THREAD_BYTES).
+            let in_flight = if bytes < crate::replication::APPEND_OFF_THREAD_BYTES {
                 handlers::produce::append(&ctx, r, version, &client)
             } else {
                 let (ctx, client) = (ctx.clone(), client.clone());

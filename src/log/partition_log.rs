@@ -135,8 +135,9 @@ impl FlushTicket {
         self.end
     }
 
-    /// fdatasync of the segment file and its indexes (blocks; call it off
-    /// the async threads and without the log's owner's lock).
+    /// fdatasync of the segment files and of the sealed segments' indexes
+    /// (blocks; call it off the async threads and without the log's owner's
+    /// lock).
     pub fn sync(&self) -> std::io::Result<()> {
         self.files.iter().try_for_each(|file| file.sync_data())?;
         self.indexes.iter().try_for_each(|index| index.sync_data())
@@ -148,8 +149,9 @@ impl FlushTicket {
 /// [`PartitionLog::prepare_append_as_follower`]), to be written without it
 /// ([`PreparedAppend::write`], the system calls that can block) and then
 /// recorded under it again ([`PartitionLog::finish_append`]). Between the
-/// two the log must not change but for reads: the owner serializes appends
-/// and everything else that changes the log's files behind one writer lock.
+/// two the active segment must not change: the owner serializes appends and
+/// truncations behind one writer lock (retention and compaction never touch
+/// the active segment).
 #[derive(Debug)]
 pub struct PreparedAppend {
     ranges: Vec<std::ops::Range<usize>>,
@@ -167,11 +169,6 @@ pub struct PreparedAppend {
 }
 
 impl PreparedAppend {
-    /// What the append will have written once finished.
-    pub fn info(&self) -> AppendInfo {
-        self.append
-    }
-
     /// Whether a roll sealed a segment for this append (see `rolled`).
     pub fn rolled(&self) -> bool {
         self.rolled

@@ -386,8 +386,11 @@ impl FetcherManager {
         }
         // Appends that reached `flush.messages`: fetched again only once
         // fsynced, so the offset the next fetch reports is durable. Their
-        // flushes run meanwhile, one per partition.
-        let durable = if steps.iter().any(|(_, _, step)| step.touches_disk()) {
+        // flushes run meanwhile, one per partition. Truncations and large
+        // appends are made on a blocking thread (see APPEND_OFF_THREAD_BYTES).
+        let bytes: usize = steps.iter().map(|(_, _, step)| step.append_bytes()).sum();
+        let truncates = steps.iter().any(|(_, _, step)| matches!(step, FollowerStep::OutOfRange { .. }));
+        let durable = if truncates || bytes >= super::APPEND_OFF_THREAD_BYTES {
             match tokio::task::spawn_blocking(move || apply_steps(steps)).await {
                 Ok(durable) => durable,
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -425,17 +428,16 @@ enum FollowerStep {
 }
 
 impl FollowerStep {
-    fn touches_disk(&self) -> bool {
+    fn append_bytes(&self) -> usize {
         match self {
-            Self::Append { records, .. } => !records.is_empty(),
-            Self::OutOfRange { .. } => true,
+            Self::Append { records, .. } => records.len(),
+            Self::OutOfRange { .. } => 0,
         }
     }
 }
 
-/// Applies each partition's step (appends, truncations: call it off the
-/// async threads when any touches the disk). Returns the appends that wait
-/// for their fsync: (partition, durable end, leader epoch).
+/// Applies each partition's step (appends, truncations). Returns the
+/// appends that wait for their fsync: (partition, durable end, leader epoch).
 fn apply_steps(steps: Vec<(Arc<Partition>, i32, FollowerStep)>) -> Vec<(Arc<Partition>, i64, i32)> {
     let mut durable = Vec::new();
     for (p, epoch, step) in steps {

@@ -20,4 +20,12 @@ pub mod producer_state;
 pub mod throttle;
 
 pub use manager::ReplicaManager;
+
+/// Appends of at least this many bytes of records (a produce request's, a
+/// follower's Fetch answer's) are made on a blocking thread: their write can
+/// take long enough to hold up every connection an async thread serves.
+/// Smaller ones are made where they arrive: handing them to another thread
+/// and back costs more than their write (with 16 producers of 16 KiB
+/// requests and `flush.messages=1`, 37% of the throughput).
+pub const APPEND_OFF_THREAD_BYTES: usize = 256 << 10;
 pub use partition::{Partition, PartitionError};
