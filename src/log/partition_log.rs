@@ -174,6 +174,14 @@ impl PreparedAppend {
         self.rolled
     }
 
+    /// Gives up an append that was written but will not be recorded: the
+    /// file is cut back to where the append began, so no stray batch lies
+    /// past the segment's end for a recovery scan to take after a crash.
+    /// Call it with the owner's writer lock still held.
+    pub fn abandon(&self) -> std::io::Result<()> {
+        self.file.set_len(self.position)
+    }
+
     /// Writes each batch at its place in the active segment's file. Needs
     /// no borrow of the log; `records` is the record set the append was
     /// prepared with.

@@ -673,21 +673,28 @@ impl Partition {
             drop(st);
             #[cfg(test)]
             self.before_write();
-            prepared.write(records)?;
+            if let Err(e) = prepared.write(records) {
+                let _ = prepared.abandon();
+                return Err(e.into());
+            }
             rolled = prepared.rolled();
             st = self.state();
-            st.log.finish_append(prepared)?;
-            st.producers.record_batches(records).map_err(LogError::from)?;
             if st.is_leader || st.leader_epoch != leader_epoch {
-                // Led elsewhere meanwhile: the records stay, as any replica's
-                // unreplicated suffix does, for the next truncation to judge.
-                self.log_end_tx.send_replace(st.log.log_end_offset());
+                // Elected, or following another epoch, meanwhile: what the
+                // old leader sent is not recorded (this log's epoch began at
+                // its end as it was), and its bytes go from the file.
                 drop(st);
+                if let Err(e) = prepared.abandon() {
+                    tracing::warn!(topic = %self.topic, partition = self.index, error = %e,
+                        "cutting back an abandoned follower append failed; recovery cuts it if needed");
+                }
                 if rolled {
                     self.request_flush();
                 }
                 return Err(PartitionError::NotLeader);
             }
+            st.log.finish_append(prepared)?;
+            st.producers.record_batches(records).map_err(LogError::from)?;
         }
         let hw = leader_high_watermark.min(st.log.log_end_offset());
         if hw > st.high_watermark {
@@ -887,7 +894,10 @@ impl Partition {
         drop(st);
         #[cfg(test)]
         self.before_write();
-        prepared.write(records)?;
+        if let Err(e) = prepared.write(records) {
+            let _ = prepared.abandon();
+            return Err(e.into());
+        }
         let rolled = prepared.rolled();
         let mut st = self.state();
         let info = st.log.finish_append(prepared)?;
@@ -1402,6 +1412,33 @@ mod tests {
         // one it runs on a blocking thread.
         assert_eq!(p.recovery_point(), 2, "the sealed segment and the new one are fsynced");
         assert_eq!(p.group_commit_flushes(), 1);
+    }
+
+    #[test]
+    fn a_follower_elected_while_writing_leaves_the_old_leaders_records_out_of_its_log_and_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = lone_leader(dir.path());
+        p.become_follower(2, 2);
+        let mut fetched = opaque_batch(3);
+        crate::log::batch::set_base_offset(&mut fetched, 5);
+        crate::log::batch::set_partition_leader_epoch(&mut fetched, 2);
+        let (reached_tx, reached) = std::sync::mpsc::channel();
+        let (release, release_rx) = std::sync::mpsc::channel();
+        *p.write_gate.lock().expect("gate") = Some((reached_tx, release_rx));
+        let appending = {
+            let p = p.clone();
+            std::thread::spawn(move || p.append_as_follower(2, &fetched, 8, 0))
+        };
+        reached.recv().expect("the append reached its write");
+        p.become_leader(3, 3, &[1], &[1]);
+        release.send(()).expect("release");
+        let answered = appending.join().expect("no panic");
+        assert!(matches!(answered, Err(PartitionError::NotLeader)), "{answered:?}");
+        assert_eq!(p.offsets().log_end_offset, 5, "its epoch began at 5: nothing after it from the old leader");
+        let segment = dir.path().join("t-0").join(crate::log::segment::segment_file_name(0, ".log"));
+        let file_len = std::fs::metadata(segment).expect("segment").len();
+        assert_eq!(file_len, opaque_batch(5).len() as u64, "the written bytes were cut back");
+        assert_eq!(code_of(p.append_as_leader(&opaque_batch(1), true)), Ok(5));
     }
 
     #[test]
