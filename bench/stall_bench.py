@@ -89,11 +89,11 @@ def probe(addr, api_key, version, body, period_s, stop, out):
                 stop.wait(left)
 
 
-def one_round(cluster, topic, args):
-    node = cluster.node(1)
+def start_probes(node, topic, args, stop):
+    """Starts the ApiVersions and ListOffsets probes on node until stop is set; returns
+    the threads and the two lists their latencies go to."""
     host, port = node.kafka.rsplit(":", 1)
     addr = (host, int(port))
-    stop = threading.Event()
     lat_versions, lat_offsets = [], []
     probes = [
         threading.Thread(target=probe, args=(addr, 18, 0, b"", args.probe_ms / 1000, stop, lat_versions)),
@@ -102,6 +102,21 @@ def one_round(cluster, topic, args):
     ]
     for th in probes:
         th.start()
+    return probes, lat_versions, lat_offsets
+
+
+def probe_stats(lat_versions, lat_offsets):
+    """Each probe's p50/p99/max in ms, and how many answers each had."""
+    def ms(xs):
+        return [pct(xs, 50) * 1000, pct(xs, 99) * 1000, max(xs) * 1000]
+    return {"api_versions_ms": ms(lat_versions), "list_offsets_ms": ms(lat_offsets),
+            "probes": [len(lat_versions), len(lat_offsets)]}
+
+
+def one_round(cluster, topic, args):
+    node = cluster.node(1)
+    stop = threading.Event()
+    probes, lat_versions, lat_offsets = start_probes(node, topic, args, stop)
     peak_dirty = [0]
 
     def watch_dirty():
@@ -126,13 +141,10 @@ def one_round(cluster, topic, args):
     held = sum(p["high_watermark"] or 0 for p in cluster.topic(topic)["partitions"])
     if held != r["records"]:
         raise SystemExit(f"{topic}: loadgen had {r['records']} records acknowledged, the partitions hold {held}")
-    ms = lambda xs, p: pct(xs, p) * 1000  # noqa: E731
     return {
         "produce_mb_s": r["mb_s"], "produce_p99_ms": r["p99_ms"], "produce_max_ms": r.get("max_ms"),
         "broker_cpu_s": cpu, "peak_dirty_mb": peak_dirty[0] / 1024,
-        "api_versions_ms": [ms(lat_versions, 50), ms(lat_versions, 99), max(lat_versions) * 1000],
-        "list_offsets_ms": [ms(lat_offsets, 50), ms(lat_offsets, 99), max(lat_offsets) * 1000],
-        "probes": [len(lat_versions), len(lat_offsets)],
+        **probe_stats(lat_versions, lat_offsets),
     }
 
 
@@ -183,17 +195,8 @@ def catch_up_round(cluster, topic, args):
         raise SystemExit(f"loadgen failed ({out.returncode}): {out.stdout[-2000:]} {out.stderr[-2000:]}")
     records = json.loads(out.stdout.strip().splitlines()[-1])["records"]
     drop_page_cache()
-    host, port = node.kafka.rsplit(":", 1)
-    addr = (host, int(port))
     stop = threading.Event()
-    lat_versions, lat_offsets = [], []
-    probes = [
-        threading.Thread(target=probe, args=(addr, 18, 0, b"", args.probe_ms / 1000, stop, lat_versions)),
-        threading.Thread(target=probe, args=(addr, 2, 1, list_offsets_body(topic), args.probe_ms / 1000, stop,
-                                             lat_offsets)),
-    ]
-    for th in probes:
-        th.start()
+    probes, lat_versions, lat_offsets = start_probes(node, topic, args, stop)
     c = Consumer({"bootstrap.servers": node.kafka, "group.id": "stall-bench", "enable.auto.commit": False,
                   "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 1048576})
     c.assign([TopicPartition(topic, p, 0) for p in range(args.partitions)])
@@ -216,12 +219,9 @@ def catch_up_round(cluster, topic, args):
             th.join()
     if seen != records:
         raise SystemExit(f"{topic}: read {seen} of {records} records")
-    ms = lambda xs, p: pct(xs, p) * 1000  # noqa: E731
     return {
         "consume_mb_s": nbytes / MB / elapsed, "records": records, "broker_cpu_s": cpu,
-        "api_versions_ms": [ms(lat_versions, 50), ms(lat_versions, 99), max(lat_versions) * 1000],
-        "list_offsets_ms": [ms(lat_offsets, 50), ms(lat_offsets, 99), max(lat_offsets) * 1000],
-        "probes": [len(lat_versions), len(lat_offsets)],
+        **probe_stats(lat_versions, lat_offsets),
     }
 
 

@@ -21,6 +21,15 @@ pub struct FileSlice {
     len: u64,
 }
 
+/// `/dev/null`, open for reading and writing: the file of empty slices, and
+/// where warming sends what it reads.
+fn dev_null() -> &'static Arc<File> {
+    static NULL: std::sync::OnceLock<Arc<File>> = std::sync::OnceLock::new();
+    NULL.get_or_init(|| {
+        Arc::new(std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").expect("/dev/null opens"))
+    })
+}
+
 /// Bytes read per call when warming a slice.
 const WARM_CHUNK: usize = 1 << 20;
 
@@ -41,18 +50,14 @@ impl FileSlice {
     /// into the page cache without copying them out; where that is refused,
     /// with `pread` into a scratch buffer.
     pub fn warm(&self) -> std::io::Result<()> {
-        static NULL: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
-        let null = NULL.get_or_init(|| std::fs::OpenOptions::new().write(true).open("/dev/null").ok());
         let mut offset = self.position;
         let end = self.position + self.len;
-        if let Some(null) = null {
-            while offset < end {
-                let count = ((end - offset) as usize).min(WARM_CHUNK);
-                match rustix::fs::sendfile(null, &*self.file, Some(&mut offset), count) {
-                    Ok(0) => return Ok(()), // cut short since the read: the send reports it
-                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                    Err(_) => break, // not supported here: copy instead
-                }
+        while offset < end {
+            let count = ((end - offset) as usize).min(WARM_CHUNK);
+            match rustix::fs::sendfile(&**dev_null(), &*self.file, Some(&mut offset), count) {
+                Ok(0) => return Ok(()), // cut short since the read: the send reports it
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(_) => break, // not supported here: copy instead
             }
         }
         let mut scratch = vec![0u8; WARM_CHUNK.min((end - offset) as usize)];
@@ -68,9 +73,7 @@ impl FileSlice {
 
     /// The empty slice.
     pub fn empty() -> Self {
-        static NONE: std::sync::OnceLock<Arc<File>> = std::sync::OnceLock::new();
-        let file = NONE.get_or_init(|| Arc::new(File::open("/dev/null").expect("/dev/null opens")));
-        Self { file: file.clone(), position: 0, len: 0 }
+        Self { file: dev_null().clone(), position: 0, len: 0 }
     }
 
     pub fn len(&self) -> usize {

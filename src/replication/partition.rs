@@ -27,6 +27,7 @@ use super::isr::{desired_isr, join_offset, FollowerProgress, LeaderView};
 use super::producer_state::{ActiveProducer, BatchMeta, ProducerStateMap, Refusal, Refusals, SeqCheck};
 use crate::clock::{mono_ms, wall_ms};
 use crate::log::batch::{split_record_set, BatchHeader};
+use crate::log::partition_log::PreparedAppend;
 use crate::log::{FileSlice, LogConfig, LogError, PartitionLog, TimestampType};
 
 /// ListOffsets' timestamp for "the record with the largest timestamp"
@@ -324,6 +325,17 @@ impl Partition {
             let _ = reached.send(());
             let _ = release.recv();
         }
+    }
+
+    /// Writes a placed append, holding the writer lock but not the state
+    /// lock; a failed write is cut back from the file.
+    fn write_unlocked(&self, prepared: &PreparedAppend, records: &[u8]) -> Result<(), PartitionError> {
+        #[cfg(test)]
+        self.before_write();
+        prepared.write(records).map_err(|e| {
+            let _ = prepared.abandon();
+            e.into()
+        })
     }
 
     /// The writer lock (see `writer`); take it before the state lock.
@@ -671,12 +683,7 @@ impl Partition {
         if !records.is_empty() {
             let prepared = st.log.prepare_append_as_follower(records, wall_ms())?;
             drop(st);
-            #[cfg(test)]
-            self.before_write();
-            if let Err(e) = prepared.write(records) {
-                let _ = prepared.abandon();
-                return Err(e.into());
-            }
+            self.write_unlocked(&prepared, records)?;
             rolled = prepared.rolled();
             st = self.state();
             if st.is_leader || st.leader_epoch != leader_epoch {
@@ -892,12 +899,7 @@ impl Partition {
         let now = wall_ms();
         let prepared = st.log.prepare_append_as_leader(records, epoch, now)?;
         drop(st);
-        #[cfg(test)]
-        self.before_write();
-        if let Err(e) = prepared.write(records) {
-            let _ = prepared.abandon();
-            return Err(e.into());
-        }
+        self.write_unlocked(&prepared, records)?;
         let rolled = prepared.rolled();
         let mut st = self.state();
         let info = st.log.finish_append(prepared)?;
