@@ -51,6 +51,7 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::WriteTxnMarkers, 1, 1),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::UnregisterBroker, 0, 0),
@@ -465,6 +466,7 @@ async fn handle(
         RequestKind::InitProducerId(r) => {
             ResponseKind::InitProducerId(handlers::cluster::init_producer_id(ctx, r, &client).await)
         }
+        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(handlers::txn_markers::handle(ctx, r).await),
         other => {
             tracing::warn!(?api, "no handler for a request the registry accepted: {other:?}");
             return None;

@@ -153,7 +153,7 @@ impl<'a> BatchHeader<'a> {
         (self.attributes() & 0x07) as u8
     }
     pub fn is_transactional(&self) -> bool {
-        self.attributes() & 0x10 != 0
+        self.attributes() & TRANSACTIONAL_ATTRIBUTE != 0
     }
     pub fn is_control(&self) -> bool {
         self.attributes() & 0x20 != 0
@@ -258,6 +258,18 @@ pub fn whole_batches_len(records: &[u8]) -> usize {
         position += LOG_OVERHEAD + body;
     }
     records.len()
+}
+
+/// Attribute bit 4: the batch belongs to a transaction.
+pub const TRANSACTIONAL_ATTRIBUTE: i16 = 0x10;
+
+/// Marks a whole, valid batch transactional (tests build such batches by hand).
+#[cfg(test)]
+pub fn set_transactional_for_tests(batch: &mut [u8]) {
+    let attributes = be_i16(batch, ATTRIBUTES_AT) | TRANSACTIONAL_ATTRIBUTE;
+    batch[ATTRIBUTES_AT..ATTRIBUTES_AT + 2].copy_from_slice(&attributes.to_be_bytes());
+    let crc = crc32c::crc32c(&batch[CRC_COVERED_FROM..]);
+    batch[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
 #[cfg(test)]

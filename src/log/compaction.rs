@@ -19,7 +19,10 @@
 //!    segments that were read.
 //!
 //! What a segment keeps: every key's latest record, records without a key,
-//! control batches, each producer's last batch whole (its sequence and
+//! control batches and transactional batches whole (their records
+//! supersede nothing either: an aborted or undecided value must not remove
+//! a committed one; Kafka's removal of aborted records and old markers is
+//! not built yet), each producer's last batch whole (its sequence and
 //! epoch are what a restart rebuilds the producer's state from), and the
 //! last batch of each segment whole, so every segment keeps its end offset
 //! and is never empty. Offsets never change: batches are re-encoded around
@@ -145,7 +148,7 @@ struct OffsetMap {
 impl OffsetMap {
     fn note(&mut self, batch: &Bytes, end: i64) -> Result<()> {
         let header = BatchHeader::parse(batch)?;
-        if header.base_offset() >= end || header.is_control() {
+        if header.base_offset() >= end || header.is_control() || header.is_transactional() {
             return Ok(());
         }
         if header.producer_id() >= 0 {
@@ -518,5 +521,22 @@ mod tests {
         let broken = Bytes::from(broken);
         let map = map_of(&[&broken], i64::MAX);
         assert!(matches!(clean_batch(&broken, &map, false, false).expect("cleans"), Outcome::Whole));
+    }
+
+    #[test]
+    fn transactional_records_supersede_nothing_and_stay() {
+        let committed = batch(&[(0, "k", Some("committed"))]);
+        let txn = Record {
+            transactional: true,
+            producer_id: 9,
+            producer_epoch: 0,
+            sequence: 0,
+            ..record(1, "k", Some("aborted?"))
+        };
+        let txn = encoded(&[txn], Compression::None);
+        let map = map_of(&[&committed, &txn], i64::MAX);
+        let outcome = clean_batch(&committed, &map, false, false).expect("cleans");
+        assert!(matches!(outcome, Outcome::Whole), "the committed value stays");
+        assert!(matches!(clean_batch(&txn, &map, false, false).expect("cleans"), Outcome::Whole));
     }
 }

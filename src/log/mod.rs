@@ -16,7 +16,8 @@
 //! [`segment`] (one `.log` plus its indexes, recovery scan), [`leader_epoch`],
 //! [`checkpoint`] (atomic writes), [`partition_log`] (the log itself),
 //! [`slice`] (a file range a Fetch sends without copying),
-//! [`validator`] (per-record checks a leader makes before appending).
+//! [`validator`] (per-record checks a leader makes before appending),
+//! [`txn`] (transaction markers and the aborted transactions).
 
 pub mod batch;
 pub mod checkpoint;
@@ -28,6 +29,7 @@ pub mod partition_log;
 pub mod segment;
 pub mod slice;
 pub mod time_index;
+pub mod txn;
 pub mod validator;
 
 use std::path::PathBuf;

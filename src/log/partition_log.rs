@@ -26,6 +26,7 @@ use super::segment::{
     parse_segment_file_name, segment_file_name, BatchInfo, LogSegment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
 };
 use super::slice::FileSlice;
+use super::txn::{AbortedTxn, AbortedTxns};
 use super::validator::{self, TimestampType};
 use super::{LogConfig, LogError, Result};
 
@@ -80,6 +81,9 @@ pub struct PartitionLog {
     /// The log start offset DeleteRecords moved to, when it is past the
     /// first segment's base (0 otherwise); kept in `log-start-offset`.
     start_offset: i64,
+    /// The aborted transactions whose markers this log holds (the owner
+    /// records them as it appends markers, and rebuilds them on open).
+    aborted: AbortedTxns,
 }
 
 /// The file, in a partition's directory, that keeps the offset below which
@@ -240,6 +244,7 @@ impl PartitionLog {
             truncations: 0,
             unsynced_indexes: Vec::new(),
             start_offset: 0,
+            aborted: AbortedTxns::default(),
         };
         // A start offset past the log end (a crash lost unflushed records
         // DeleteRecords had already passed): the log starts at its end.
@@ -318,6 +323,7 @@ impl PartitionLog {
         }
         self.recovery_point = self.recovery_point.max(offset);
         self.leader_epoch_cache.truncate_from_start(offset)?;
+        self.aborted.trim_before(offset);
         info!(topic = %self.topic, partition = self.partition, log_start_offset = offset, "log start offset moved");
         Ok(true)
     }
@@ -586,12 +592,35 @@ impl PartitionLog {
         max_offset: i64,
         min_one_batch: bool,
     ) -> Result<FileSlice> {
+        Ok(self.slice_with_bound(start_offset, max_bytes, max_offset, min_one_batch)?.0)
+    }
+
+    /// [`Self::slice`], and an offset the records of the slice all lie
+    /// below (the end of the segment it reads, at most `max_offset`): the
+    /// bound of the aborted transactions a `read_committed` answer reports.
+    pub fn slice_with_bound(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<(FileSlice, i64)> {
         for segment in self.segments_from(start_offset)? {
             if let Some(slice) = segment.slice(start_offset, max_bytes, max_offset, min_one_batch)? {
-                return Ok(slice);
+                return Ok((slice, segment.next_offset().min(max_offset)));
             }
         }
-        Ok(FileSlice::empty())
+        Ok((FileSlice::empty(), start_offset))
+    }
+
+    /// Records the aborted transaction a marker just appended ended.
+    pub fn record_aborted(&mut self, txn: AbortedTxn) {
+        self.aborted.push(txn);
+    }
+
+    /// The aborted transactions with records in `[from, to)`, in marker order.
+    pub fn aborted_overlapping(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
+        self.aborted.overlapping(from, to)
     }
 
     /// For a read from `offset` far behind the log end (more than
@@ -702,6 +731,7 @@ impl PartitionLog {
             let log_start_offset = self.log_start_offset();
             self.recovery_point = self.recovery_point.max(log_start_offset);
             self.leader_epoch_cache.truncate_from_start(log_start_offset)?;
+            self.aborted.trim_before(log_start_offset);
         }
         Ok(outcome)
     }
@@ -874,6 +904,7 @@ impl PartitionLog {
         self.forget_cleaned_past(log_end_offset)?;
         self.recovery_point = self.recovery_point.min(log_end_offset);
         self.leader_epoch_cache.truncate_from_end(log_end_offset)?;
+        self.aborted.truncate_to(log_end_offset);
         warn!(
             topic = %self.topic, partition = self.partition, target_offset, log_end_offset, removed_bytes = removed,
             "truncated log"
@@ -908,6 +939,7 @@ impl PartitionLog {
         }
         sync_dir(&self.dir)?;
         self.leader_epoch_cache.clear()?;
+        self.aborted.clear();
         self.recovery_point = new_offset;
         self.unflushed_messages = 0;
         warn!(topic = %self.topic, partition = self.partition, new_offset, "truncated log fully");

@@ -24,10 +24,14 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::isr::{desired_isr, join_offset, FollowerProgress, LeaderView};
-use super::producer_state::{ActiveProducer, BatchMeta, ProducerStateMap, Refusal, Refusals, SeqCheck};
+use super::producer_state::{
+    ActiveProducer, BatchMeta, CompletedTxn, MarkerCheck, ProducerStateMap, Refusal, Refusals, SeqCheck,
+};
 use crate::clock::{mono_ms, wall_ms};
 use crate::log::batch::{split_record_set, BatchHeader};
 use crate::log::partition_log::PreparedAppend;
+use crate::log::txn::{encode_marker, AbortedTxn, EndTxnMarker};
+use crate::log::validator::{RecordValidationError, Violation};
 use crate::log::{FileSlice, LogConfig, LogError, PartitionLog, TimestampType};
 
 /// ListOffsets' timestamp for "the record with the largest timestamp"
@@ -53,6 +57,8 @@ pub enum PartitionError {
     EarlierBatchRefused { why: Refusal, expected: i32 },
     #[error("producer epoch is older than {current}")]
     InvalidProducerEpoch { current: i16 },
+    #[error("a transaction coordinator with a newer epoch ({current}) wrote a marker here")]
+    TransactionCoordinatorFenced { current: i32 },
     #[error("the high watermark {high_watermark} has not reached this leader epoch's start {epoch_start} yet")]
     OffsetNotAvailable { high_watermark: i64, epoch_start: i64 },
     #[error(transparent)]
@@ -119,6 +125,11 @@ pub struct ReadResult {
     /// The fetching follower is outside the ISR and has reached the high
     /// watermark: it may join the ISR now.
     pub joins_isr: bool,
+    /// How far `read_committed` consumers may read (KIP-98).
+    pub last_stable_offset: i64,
+    /// For a `read_committed` read: the aborted transactions with records
+    /// in what it returns, in marker order.
+    pub aborted: Vec<AbortedTxn>,
 }
 
 /// A follower replica's fetch: its broker id, and when the leader received
@@ -247,8 +258,9 @@ fn record_with_max_timestamp(mut batch: Bytes) -> Option<(i64, i64)> {
     best
 }
 
-/// Rebuilds producer state from the batch headers in the log.
-fn rebuild_producers(log: &PartitionLog) -> Result<ProducerStateMap, LogError> {
+/// Rebuilds producer state, and the aborted transactions, from the batch
+/// headers and markers in the log.
+fn rebuild_producers(log: &mut PartitionLog) -> Result<ProducerStateMap, LogError> {
     /// Bytes read per step while scanning.
     const SCAN_BYTES: usize = 1 << 20;
     let mut producers = ProducerStateMap::default();
@@ -259,7 +271,8 @@ fn rebuild_producers(log: &PartitionLog) -> Result<ProducerStateMap, LogError> {
         if chunk.is_empty() {
             break;
         }
-        producers.record_batches(&chunk)?;
+        let ended = producers.record_batches(&chunk)?;
+        record_aborted(log, &ended);
         let mut next = offset;
         for range in split_record_set(&chunk)? {
             next = BatchHeader::parse(&chunk[range])?.last_offset() + 1;
@@ -272,9 +285,47 @@ fn rebuild_producers(log: &PartitionLog) -> Result<ProducerStateMap, LogError> {
     Ok(producers)
 }
 
+/// Notes in the log the aborted ones among transactions markers ended.
+fn record_aborted(log: &mut PartitionLog, ended: &[CompletedTxn]) {
+    for t in ended.iter().filter(|t| t.aborted) {
+        log.record_aborted(AbortedTxn {
+            producer_id: t.producer_id,
+            first_offset: t.first_offset,
+            last_offset: t.last_offset,
+            last_stable_offset: t.last_stable_offset,
+        });
+    }
+}
+
+/// Refuses what only a partition leader may write, or what is no
+/// transaction's: control batches, and transactional batches without a
+/// producer id and sequence (Kafka's INVALID_RECORD).
+fn refuse_client_control_batches(records: &[u8]) -> Result<(), PartitionError> {
+    let invalid = |message: &str| {
+        PartitionError::Log(LogError::InvalidRecords(RecordValidationError {
+            violation: Violation::InvalidRecord,
+            message: message.to_string(),
+            record_errors: Vec::new(),
+        }))
+    };
+    let mut position = 0;
+    while position < records.len() {
+        // Malformed batches are the log's to refuse, with their own error.
+        let Ok(h) = BatchHeader::parse(&records[position..]) else { return Ok(()) };
+        if h.is_control() {
+            return Err(invalid("clients may not write control records"));
+        }
+        if h.is_transactional() && (h.producer_id() < 0 || h.base_sequence() < 0) {
+            return Err(invalid("a transactional batch needs a producer id and a sequence"));
+        }
+        position += h.total_size();
+    }
+    Ok(())
+}
+
 impl Partition {
-    pub fn open(topic: &str, index: i32, broker_id: i32, log: PartitionLog) -> Result<Arc<Self>, LogError> {
-        let producers = rebuild_producers(&log)?;
+    pub fn open(topic: &str, index: i32, broker_id: i32, mut log: PartitionLog) -> Result<Arc<Self>, LogError> {
+        let producers = rebuild_producers(&mut log)?;
         let state = State {
             high_watermark: log.log_start_offset(),
             log,
@@ -701,7 +752,8 @@ impl Partition {
                 return Err(PartitionError::NotLeader);
             }
             st.log.finish_append(prepared)?;
-            st.producers.record_batches(records).map_err(LogError::from)?;
+            let ended = st.producers.record_batches(records).map_err(LogError::from)?;
+            record_aborted(&mut st.log, &ended);
         }
         let hw = leader_high_watermark.min(st.log.log_end_offset());
         if hw > st.high_watermark {
@@ -842,6 +894,7 @@ impl Partition {
     /// Appends a produce request's record set as leader. Batches are checked
     /// (CRC, size, producer sequence) before anything is written.
     pub fn append_as_leader(&self, records: &[u8], acks_all: bool) -> Result<AppendResult, PartitionError> {
+        refuse_client_control_batches(records)?;
         let _writer = self.writer();
         let mut st = self.state();
         if !st.is_leader {
@@ -863,7 +916,14 @@ impl Partition {
                 let last_seq = first_seq.wrapping_add(h.last_offset_delta());
                 match st.producers.check(h.producer_id(), h.producer_epoch(), first_seq, last_seq) {
                     SeqCheck::Append => {
-                        sequenced = Some((h.producer_id(), h.producer_epoch(), first_seq, last_seq, h.max_timestamp()))
+                        sequenced = Some((
+                            h.producer_id(),
+                            h.producer_epoch(),
+                            first_seq,
+                            last_seq,
+                            h.max_timestamp(),
+                            h.is_transactional(),
+                        ))
                     }
                     SeqCheck::Duplicate(b) => {
                         // Answered as the first was: after its flush, if it waited for one.
@@ -895,6 +955,32 @@ impl Partition {
                 }
             }
         }
+        self.write_as_leader(st, records, |st, info, log_append_time_ms| {
+            if let Some((pid, pepoch, first_seq, last_seq, max_timestamp, transactional)) = sequenced {
+                let max_timestamp = if log_append_time_ms >= 0 { log_append_time_ms } else { max_timestamp };
+                let meta = BatchMeta {
+                    first_seq,
+                    last_seq,
+                    base_offset: info.base_offset,
+                    last_offset: info.last_offset,
+                    max_timestamp,
+                };
+                st.producers.record(pid, pepoch, meta, transactional);
+                st.refusals.forget(pid);
+            }
+        })
+    }
+
+    /// Writes a checked append as leader (the writer lock held, `st` the
+    /// state lock, released while the records are written), and records it
+    /// with `recorded` under the state lock again: its info and the append
+    /// time stamped on a LogAppendTime topic (else -1).
+    fn write_as_leader(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        records: &[u8],
+        recorded: impl FnOnce(&mut State, &crate::log::AppendInfo, i64),
+    ) -> Result<AppendResult, PartitionError> {
         let epoch = st.leader_epoch;
         let now = wall_ms();
         let prepared = st.log.prepare_append_as_leader(records, epoch, now)?;
@@ -904,18 +990,7 @@ impl Partition {
         let mut st = self.state();
         let info = st.log.finish_append(prepared)?;
         let log_append_time_ms = if st.log.config().timestamp_type == TimestampType::LogAppendTime { now } else { -1 };
-        if let Some((pid, pepoch, first_seq, last_seq, max_timestamp)) = sequenced {
-            let max_timestamp = if log_append_time_ms >= 0 { log_append_time_ms } else { max_timestamp };
-            let meta = BatchMeta {
-                first_seq,
-                last_seq,
-                base_offset: info.base_offset,
-                last_offset: info.last_offset,
-                max_timestamp,
-            };
-            st.producers.record(pid, pepoch, meta);
-            st.refusals.forget(pid);
-        }
+        recorded(&mut st, &info, log_append_time_ms);
         self.maybe_advance_high_watermark(&mut st);
         self.log_end_tx.send_replace(st.log.log_end_offset());
         let deposed = !st.is_leader || st.leader_epoch != epoch;
@@ -943,6 +1018,52 @@ impl Partition {
         Ok(result)
     }
 
+    /// Writes an end-transaction marker of `producer_id` as leader
+    /// (WriteTxnMarkers): its transaction here ends, committed or aborted.
+    /// Refused for a producer epoch or coordinator epoch older than one
+    /// already seen here, and, as any acks=all write, with fewer in-sync
+    /// replicas than `min.insync.replicas`.
+    pub fn append_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        marker: EndTxnMarker,
+    ) -> Result<AppendResult, PartitionError> {
+        let _writer = self.writer();
+        let st = self.state();
+        if !st.is_leader {
+            return Err(PartitionError::NotLeader);
+        }
+        if st.isr.len() < st.min_insync {
+            return Err(PartitionError::NotEnoughReplicas { isr: st.isr.len(), min: st.min_insync });
+        }
+        match st.producers.check_marker(producer_id, producer_epoch, marker.coordinator_epoch) {
+            MarkerCheck::Append => {}
+            MarkerCheck::FencedEpoch { current } => return Err(PartitionError::InvalidProducerEpoch { current }),
+            MarkerCheck::FencedCoordinator { current } => {
+                return Err(PartitionError::TransactionCoordinatorFenced { current })
+            }
+        }
+        let batch = encode_marker(producer_id, producer_epoch, marker, wall_ms()).ok_or_else(|| {
+            PartitionError::Log(LogError::InvalidRecords(RecordValidationError {
+                violation: Violation::InvalidRecord,
+                message: "the marker batch could not be encoded".to_string(),
+                record_errors: Vec::new(),
+            }))
+        })?;
+        self.write_as_leader(st, &batch, |st, info, _| {
+            let ended = st.producers.end_txn(producer_id, producer_epoch, marker, info.base_offset);
+            record_aborted(&mut st.log, ended.as_slice());
+        })
+    }
+
+    /// How far `read_committed` consumers may read: the high watermark, or
+    /// the first offset of the oldest transaction not yet decided below it.
+    fn last_stable_offset(st: &mut State) -> i64 {
+        let hw = st.high_watermark;
+        st.producers.first_unstable_offset(hw).map_or(hw, |first| first.min(hw))
+    }
+
     /// Notes a produce's batch refused before it reached the partition (the
     /// broker is cut off from the controller, or its disk is full).
     pub fn note_refused(&self, records: &[u8], why: Refusal) {
@@ -955,10 +1076,11 @@ impl Partition {
         }
     }
 
-    /// Reads for a consumer (below the high watermark) or a follower
-    /// (`replica`, up to the log end, recording its progress). A first
-    /// batch larger than `max_bytes` is returned whole only with
-    /// `min_one_batch` (KIP-74), else nothing is.
+    /// Reads for a consumer (below the high watermark, or with
+    /// `read_committed` below the last stable offset, with the aborted
+    /// transactions it must skip) or a follower (`replica`, up to the log
+    /// end, recording its progress). A first batch larger than `max_bytes`
+    /// is returned whole only with `min_one_batch` (KIP-74), else nothing is.
     pub fn read(
         &self,
         fetch_offset: i64,
@@ -966,6 +1088,7 @@ impl Partition {
         min_one_batch: bool,
         current_leader_epoch: i32,
         replica: Option<ReplicaFetch>,
+        read_committed: bool,
     ) -> Result<ReadResult, PartitionError> {
         let mut st = self.state();
         if !st.is_leader {
@@ -995,12 +1118,17 @@ impl Partition {
                 }
                 end
             }
+            None if read_committed => Self::last_stable_offset(&mut st),
             None => st.high_watermark,
         };
-        let records = if fetch_offset >= max_offset && fetch_offset <= st.log.log_end_offset() {
-            FileSlice::empty()
+        let (records, bound) = if fetch_offset >= max_offset && fetch_offset <= st.log.log_end_offset() {
+            (FileSlice::empty(), fetch_offset)
         } else {
-            st.log.slice(fetch_offset, max_bytes, max_offset, min_one_batch)?
+            st.log.slice_with_bound(fetch_offset, max_bytes, max_offset, min_one_batch)?
+        };
+        let aborted = match read_committed && replica.is_none() && !records.is_empty() {
+            true => st.log.aborted_overlapping(fetch_offset, bound),
+            false => Vec::new(),
         };
         Ok(ReadResult {
             records,
@@ -1008,6 +1136,8 @@ impl Partition {
             log_start_offset: st.log.log_start_offset(),
             log_end_offset: st.log.log_end_offset(),
             joins_isr,
+            last_stable_offset: Self::last_stable_offset(&mut st),
+            aborted,
         })
     }
 
@@ -1034,38 +1164,47 @@ impl Partition {
         Ok((st.log.read(offset, max_bytes, end)?, end))
     }
 
-    /// ListOffsets: -2 earliest, -1 latest (the high watermark), -3 the
+    /// ListOffsets: -2 earliest, -1 latest (the high watermark, or the last
+    /// stable offset for `read_committed`), -3 the
     /// record with the largest timestamp (KIP-734), else the first record
     /// whose timestamp is at or after `timestamp`. Latest is refused with
     /// OFFSET_NOT_AVAILABLE (retriable) while a new leader's high watermark is
     /// behind the start of its epoch: it may be lower than the one the
     /// previous leader answered, and latest offsets must never go back.
-    pub fn offset_for(&self, timestamp: i64, current_leader_epoch: i32) -> Result<(i64, i64), PartitionError> {
-        let st = self.state();
+    pub fn offset_for(
+        &self,
+        timestamp: i64,
+        current_leader_epoch: i32,
+        read_committed: bool,
+    ) -> Result<(i64, i64), PartitionError> {
+        let mut st = self.state();
         if !st.is_leader {
             return Err(PartitionError::NotLeader);
         }
         Self::check_epoch(&st, current_leader_epoch)?;
+        // What the asker may read: below the last stable offset for
+        // `read_committed` (Kafka's isolation level 1), else the high watermark.
+        let readable = if read_committed { Self::last_stable_offset(&mut st) } else { st.high_watermark };
         match timestamp {
             -2 => Ok((-1, st.log.log_start_offset())),
             -1 if st.high_watermark < st.epoch_start_offset => Err(PartitionError::OffsetNotAvailable {
                 high_watermark: st.high_watermark,
                 epoch_start: st.epoch_start_offset,
             }),
-            -1 => Ok((-1, st.high_watermark)),
-            MAX_TIMESTAMP => match st.log.max_timestamp_batch(st.high_watermark)? {
+            -1 => Ok((-1, readable)),
+            MAX_TIMESTAMP => match st.log.max_timestamp_batch(readable)? {
                 Some(found) => {
                     let from = found.offset.max(st.log.log_start_offset());
-                    let batch = st.log.read(from, 1, st.high_watermark)?;
+                    let batch = st.log.read(from, 1, readable)?;
                     Ok(record_with_max_timestamp(batch).unwrap_or((found.timestamp, found.offset)))
                 }
                 None => Ok((-1, -1)),
             },
             ts => match st.log.offset_for_timestamp(ts)? {
-                Some(found) if found.offset < st.high_watermark => {
+                Some(found) if found.offset < readable => {
                     // (A batch DeleteRecords cut into is read from the log start.)
                     let from = found.offset.max(st.log.log_start_offset());
-                    let batch = st.log.read(from, 1, st.high_watermark)?;
+                    let batch = st.log.read(from, 1, readable)?;
                     Ok(first_record_at_or_after(batch, ts).unwrap_or((found.timestamp, found.offset)))
                 }
                 _ => Ok((-1, -1)),
@@ -1256,16 +1395,16 @@ mod tests {
         let p = Partition::open("t", 0, 1, log).expect("partition");
         p.become_leader(1, 1, &[1, 2, 3], &[1, 2, 3]);
         for follower in [2, 3] {
-            p.read(end, 1 << 20, true, 1, Some(ReplicaFetch::now(follower))).expect("fetch");
+            p.read(end, 1 << 20, true, 1, Some(ReplicaFetch::now(follower)), false).expect("fetch");
         }
         assert_eq!(p.isr_proposal(10_000, |_| true), None);
         // The images this leader saw skip 3's removal: 3 is back, outside the ISR.
         p.become_leader(1, 3, &[1, 2], &[1, 2, 3]);
         assert_eq!(p.isr_proposal(10_000, |_| true), None, "3's position from before does not count");
-        let r = p.read(0, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        let r = p.read(0, 1 << 20, true, 1, Some(ReplicaFetch::now(3)), false).expect("fetch");
         assert!(!r.joins_isr);
         assert_eq!(p.isr_proposal(10_000, |_| true), None, "3 holds nothing yet");
-        let r = p.read(end, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        let r = p.read(end, 1 << 20, true, 1, Some(ReplicaFetch::now(3)), false).expect("fetch");
         assert!(r.joins_isr);
         assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
     }
@@ -1280,20 +1419,20 @@ mod tests {
         p.become_leader(1, 1, &[1, 2, 3], &[1, 2, 3]);
         // 3 long-polls at the log end, caught up...
         let waiting = ReplicaFetch::now(3);
-        p.read(end, 1 << 20, true, 1, Some(waiting)).expect("fetch");
+        p.read(end, 1 << 20, true, 1, Some(waiting), false).expect("fetch");
         // ...while it is moved away (it deletes its log) and straight back.
         p.become_leader(1, 2, &[1, 2], &[1, 2]);
-        let r = p.read(end, 1 << 20, true, 1, Some(waiting)).expect("fetch");
+        let r = p.read(end, 1 << 20, true, 1, Some(waiting), false).expect("fetch");
         assert!(!r.joins_isr, "not a replica");
         p.become_leader(1, 3, &[1, 2], &[1, 2, 3]);
         // The long-poll wakes and reads again with the position 3 had before.
-        let r = p.read(end, 1 << 20, true, 1, Some(waiting)).expect("fetch");
+        let r = p.read(end, 1 << 20, true, 1, Some(waiting), false).expect("fetch");
         assert!(!r.joins_isr, "3's log is empty now");
         assert_eq!(p.isr_proposal(10_000, |_| true), None);
         // 3's own fetches count again.
-        p.read(0, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        p.read(0, 1 << 20, true, 1, Some(ReplicaFetch::now(3)), false).expect("fetch");
         assert_eq!(p.isr_proposal(10_000, |_| true), None, "3 holds nothing yet");
-        let r = p.read(end, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        let r = p.read(end, 1 << 20, true, 1, Some(ReplicaFetch::now(3)), false).expect("fetch");
         assert!(r.joins_isr);
         assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
     }
@@ -1305,29 +1444,29 @@ mod tests {
         log.append_as_leader(&build_batch(3, 1_000, &[7u8; 40]), 1, 0).expect("append");
         let p = Partition::open("t", 0, 1, log).expect("partition");
         p.become_leader(1, 1, &[1, 2], &[1, 2, 3]);
-        p.read(3, 1 << 20, true, 1, Some(ReplicaFetch::now(2))).expect("fetch");
+        p.read(3, 1 << 20, true, 1, Some(ReplicaFetch::now(2)), false).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 3);
-        p.read(3, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        p.read(3, 1 << 20, true, 1, Some(ReplicaFetch::now(3)), false).expect("fetch");
         assert_eq!(p.isr_proposal(10_000, |_| true).map(|(_, _, isr)| isr), Some(vec![1, 2, 3]));
         // The controller may commit 3 into the ISR before this leader hears of
         // it: an acknowledgement 3 does not hold could then be lost with it.
         p.append_as_leader(&build_batch(2, 2_000, &[8u8; 40]), true).expect("append");
-        p.read(5, 1 << 20, true, 1, Some(ReplicaFetch::now(2))).expect("fetch");
+        p.read(5, 1 << 20, true, 1, Some(ReplicaFetch::now(2)), false).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 3, "3 is asked in and holds only 3 records");
-        p.read(4, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        p.read(4, 1 << 20, true, 1, Some(ReplicaFetch::now(3)), false).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 4);
         // Refused: 3 stops counting.
         p.isr_change_refused(1);
         assert_eq!(p.offsets().high_watermark, 5);
         assert_eq!(p.isr_proposal(10_000, |_| true), None, "3 is behind the high watermark now");
         // Caught up, asked again and applied: 3 counts as a member.
-        p.read(5, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        p.read(5, 1 << 20, true, 1, Some(ReplicaFetch::now(3)), false).expect("fetch");
         p.isr_proposal(10_000, |_| true).expect("asks again");
         p.become_leader(1, 2, &[1, 2, 3], &[1, 2, 3]);
         p.append_as_leader(&build_batch(1, 3_000, &[9u8; 40]), true).expect("append");
-        p.read(6, 1 << 20, true, 1, Some(ReplicaFetch::now(2))).expect("fetch");
+        p.read(6, 1 << 20, true, 1, Some(ReplicaFetch::now(2)), false).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 5);
-        p.read(6, 1 << 20, true, 1, Some(ReplicaFetch::now(3))).expect("fetch");
+        p.read(6, 1 << 20, true, 1, Some(ReplicaFetch::now(3)), false).expect("fetch");
         assert_eq!(p.offsets().high_watermark, 6);
     }
 
@@ -1362,13 +1501,13 @@ mod tests {
         let p = Partition::open("t", 0, 1, log).expect("partition");
         // Elected with records its old high watermark does not cover yet.
         p.become_leader(2, 1, &[1, 2], &[1, 2]);
-        match p.offset_for(-1, -1) {
+        match p.offset_for(-1, -1, false) {
             Err(PartitionError::OffsetNotAvailable { epoch_start, .. }) => assert_eq!(epoch_start, end),
             other => panic!("expected OFFSET_NOT_AVAILABLE, got {other:?}"),
         }
-        assert_eq!(partition_code(&p.offset_for(-2, -1)), 0, "earliest is answered");
-        p.read(end, 1 << 20, true, 2, Some(ReplicaFetch::now(2))).expect("follower fetch");
-        assert_eq!(p.offset_for(-1, -1).expect("latest"), (-1, end));
+        assert_eq!(partition_code(&p.offset_for(-2, -1, false)), 0, "earliest is answered");
+        p.read(end, 1 << 20, true, 2, Some(ReplicaFetch::now(2)), false).expect("follower fetch");
+        assert_eq!(p.offset_for(-1, -1, false).expect("latest"), (-1, end));
     }
 
     /// A leader of its own (ISR of one), holding one batch of 5 records.
@@ -1378,6 +1517,93 @@ mod tests {
         p.become_leader(1, 1, &[1], &[1]);
         assert_eq!(code_of(p.append_as_leader(&opaque_batch(5), true)), Ok(0));
         p
+    }
+
+    fn txn_batch(records: i32, producer_id: i64, base_sequence: i32) -> Vec<u8> {
+        let mut batch = build_idempotent_batch(records, producer_id, 0, base_sequence);
+        crate::log::batch::set_transactional_for_tests(&mut batch);
+        batch
+    }
+
+    const ABORT: EndTxnMarker = EndTxnMarker { commit: false, coordinator_epoch: 1 };
+    const COMMIT: EndTxnMarker = EndTxnMarker { commit: true, coordinator_epoch: 1 };
+
+    #[test]
+    fn read_committed_stops_at_open_transactions_and_learns_the_aborted_ones() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = lone_leader(dir.path()); // offsets 0..5, no producer
+        assert_eq!(code_of(p.append_as_leader(&txn_batch(2, 7, 0), true)), Ok(5));
+        assert_eq!(code_of(p.append_as_leader(&txn_batch(3, 8, 0), true)), Ok(7));
+        assert_eq!(code_of(p.append_as_leader(&txn_batch(1, 7, 2), true)), Ok(10));
+        let read = |offset, committed| p.read(offset, 1 << 20, true, -1, None, committed).expect("read");
+        let r = read(0, true);
+        assert_eq!((r.high_watermark, r.last_stable_offset), (11, 5));
+        assert_eq!(r.records.to_vec().expect("bytes").len(), opaque_batch(5).len(), "only the records before 5");
+        assert_eq!(read(0, false).last_stable_offset, 5, "every answer says where the stable part ends");
+        assert_eq!(p.offset_for(-1, -1, true).expect("latest"), (-1, 5));
+        assert_eq!(p.offset_for(-1, -1, false).expect("latest"), (-1, 11));
+
+        // Producer 7 aborts: its batches at 5 and 10 are aborted; 8 still holds the LSO.
+        let marker = p.append_marker(7, 0, ABORT).expect("marker");
+        assert_eq!(marker.base_offset, 11);
+        let r = read(0, true);
+        assert_eq!(r.last_stable_offset, 7, "producer 8's transaction from 7 is still open");
+        let aborted = |r: &ReadResult| r.aborted.iter().map(|t| (t.producer_id, t.first_offset)).collect::<Vec<_>>();
+        assert_eq!(aborted(&r), vec![(7, 5)]);
+        assert_eq!(aborted(&read(0, false)), vec![], "read_uncommitted readers are told nothing");
+        // A marker from a coordinator older than the one that wrote the abort is fenced.
+        let stale = EndTxnMarker { commit: true, coordinator_epoch: 0 };
+        assert!(matches!(
+            p.append_marker(7, 0, stale),
+            Err(PartitionError::TransactionCoordinatorFenced { current: 1 })
+        ));
+        p.append_marker(8, 0, COMMIT).expect("commit");
+        let r = read(7, true);
+        assert_eq!((r.last_stable_offset, r.high_watermark), (13, 13));
+        assert_eq!(aborted(&r), vec![(7, 5)], "the read from 7 still holds producer 7's batch at 10");
+        assert_eq!(aborted(&read(12, true)), vec![], "nothing aborted at or after 12");
+        assert!(
+            matches!(
+                p.append_as_leader(&crate::log::txn::encode_marker(7, 0, COMMIT, 1).expect("encodes"), true),
+                Err(PartitionError::Log(LogError::InvalidRecords(_)))
+            ),
+            "clients may not write markers"
+        );
+        drop(p);
+
+        // Opened again (a restart): the aborted transaction and the LSO are rebuilt from the log.
+        let log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, wall_ms()).expect("open");
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        p.become_leader(2, 2, &[1], &[1]);
+        let r = p.read(0, 1 << 20, true, -1, None, true).expect("read");
+        assert_eq!((r.last_stable_offset, aborted(&r)), (13, vec![(7, 5)]));
+    }
+
+    #[test]
+    fn a_follower_learns_transactions_from_what_it_replicates_and_forgets_cut_markers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let leader = lone_leader(dir.path());
+        leader.append_as_leader(&txn_batch(2, 7, 0), true).expect("append");
+        leader.append_marker(7, 0, ABORT).expect("marker");
+        let (all, _) = leader.read_local(0, 1 << 20, 1).expect("read");
+        let follower_dir = tempfile::tempdir().expect("tempdir");
+        let log = PartitionLog::open(follower_dir.path(), "t", 0, LogConfig::default(), 0, wall_ms()).expect("open");
+        let f = Partition::open("t", 0, 2, log).expect("partition");
+        f.become_follower(1, 1);
+        f.append_as_follower(1, &all, 8, 0).expect("replicate");
+        // The leader dies; the follower's marker at 7 is cut, then it leads.
+        f.truncate_for_epoch(1, 7).expect("truncate");
+        f.become_leader(2, 2, &[2], &[2]);
+        let r = f.read(0, 1 << 20, true, -1, None, true).expect("read");
+        assert_eq!(r.last_stable_offset, 5, "producer 7's transaction is open again");
+        assert!(r.aborted.is_empty());
+        f.append_marker(7, 0, ABORT).expect("the coordinator writes the marker again");
+        let r = f.read(0, 1 << 20, true, -1, None, true).expect("read");
+        assert_eq!(r.last_stable_offset, 8);
+        assert_eq!(
+            r.aborted.iter().map(|t| (t.producer_id, t.first_offset, t.last_offset)).collect::<Vec<_>>(),
+            vec![(7, 5, 7)]
+        );
     }
 
     fn opaque_batch(records: i32) -> Vec<u8> {
@@ -1452,7 +1678,7 @@ mod tests {
         // (a held lock would hang this test), and none sees the records yet.
         let offsets = p.offsets();
         assert_eq!((offsets.log_end_offset, offsets.high_watermark), (5, 5));
-        let read = p.read(0, 1 << 20, true, -1, None).expect("read");
+        let read = p.read(0, 1 << 20, true, -1, None, false).expect("read");
         assert_eq!(read.high_watermark, 5);
         assert_eq!(read.records.len(), opaque_batch(5).len(), "only the first batch");
         assert!(p.is_leader());
@@ -1461,7 +1687,7 @@ mod tests {
         assert_eq!((appended.base_offset, appended.last_offset), (5, 7));
         let offsets = p.offsets();
         assert_eq!((offsets.log_end_offset, offsets.high_watermark), (8, 8));
-        let read = p.read(5, 1 << 20, true, -1, None).expect("read");
+        let read = p.read(5, 1 << 20, true, -1, None, false).expect("read");
         assert_eq!(read.records.len(), opaque_batch(3).len(), "the second batch, once written");
     }
 
@@ -1553,7 +1779,7 @@ mod tests {
         let wait = Duration::from_secs(5);
         assert_eq!(p.wait_durable(3, r.leader_epoch, wait).await, DurableWait::Durable);
         assert_eq!(p.offsets().high_watermark, 0, "the follower has not fetched past it");
-        p.read(3, 1 << 20, true, 1, Some(ReplicaFetch::now(2))).expect("follower fetch");
+        p.read(3, 1 << 20, true, 1, Some(ReplicaFetch::now(2)), false).expect("follower fetch");
         assert_eq!(p.wait_for_commit(r.last_offset, r.leader_epoch, wait).await, CommitWait::Committed);
         // Another epoch: the wait ends without the records counted durable.
         p.commit.lock().expect("lock").running = true;

@@ -1,19 +1,31 @@
-//! Idempotent-producer state of one partition: for each producer id, its
-//! epoch and the last few batches' sequence ranges and offsets (KIP-98).
+//! Idempotent and transactional producer state of one partition: for each
+//! producer id, its epoch, the last few batches' sequence ranges and
+//! offsets, and its open transaction here (KIP-98).
 //!
 //! Pure logic: the partition asks [`ProducerStateMap::check`] before an
 //! append and calls [`ProducerStateMap::record`] after it. A retried batch is
 //! answered with its original offsets; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER.
-//! Rebuilt from batch headers when the log is opened.
+//! A transactional batch opens the producer's transaction in this partition
+//! (if none is open) at its base offset; an end-transaction marker
+//! ([`ProducerStateMap::end_txn`]) closes it. The first offset of the oldest
+//! transaction still undecided, or decided by a marker the high watermark
+//! has not passed yet, bounds the last stable offset (what `read_committed`
+//! consumers may read). Rebuilt from batch headers (and markers) when the
+//! log is opened.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use crate::log::batch::{split_record_set, BatchError, BatchHeader};
+use crate::log::txn::{decode_marker, EndTxnMarker};
 
 /// Kafka keeps this many recent batches per producer for duplicate checks.
 pub const BATCHES_KEPT: usize = 5;
-/// More producer ids than this in one partition are forgotten oldest-first.
+/// More producer ids than this in one partition are forgotten oldest-first
+/// (never one with a transaction open here).
 pub const PRODUCERS_MAX: usize = 10_000;
+/// Transactions ended lately, kept per producer so that a truncation that
+/// cuts their markers opens them again.
+const ENDED_KEPT: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchMeta {
@@ -32,13 +44,59 @@ pub struct ActiveProducer {
     pub epoch: i16,
     pub last_sequence: i32,
     pub last_timestamp: i64,
+    /// The coordinator epoch of its last marker here (-1: none).
+    pub coordinator_epoch: i32,
+    /// The first offset of its open transaction here (-1: none).
+    pub current_txn_start_offset: i64,
 }
 
-#[derive(Debug, Clone, Default)]
+/// A transaction a marker ended in this partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    /// Its first batch's offset here.
+    pub first_offset: i64,
+    /// The marker's offset.
+    pub last_offset: i64,
+    pub aborted: bool,
+    /// The first offset of the oldest transaction still open here once
+    /// this one ended (the marker's next offset if none).
+    pub last_stable_offset: i64,
+}
+
+#[derive(Debug, Clone)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMeta>,
     last_offset: i64,
+    coordinator_epoch: i32,
+    /// The first offset of this producer's open transaction here.
+    txn_first_offset: Option<i64>,
+    /// Transactions ended lately: (first offset, marker offset), oldest first.
+    ended: VecDeque<(i64, i64)>,
+}
+
+impl Default for ProducerEntry {
+    fn default() -> Self {
+        Self {
+            epoch: 0,
+            batches: VecDeque::new(),
+            last_offset: -1,
+            coordinator_epoch: -1,
+            txn_first_offset: None,
+            ended: VecDeque::new(),
+        }
+    }
+}
+
+impl ProducerEntry {
+    /// A new producer epoch starts its sequences over.
+    fn set_epoch(&mut self, epoch: i16) {
+        if epoch != self.epoch {
+            self.batches.clear();
+            self.epoch = epoch;
+        }
+    }
 }
 
 /// What to do with an incoming batch.
@@ -57,9 +115,28 @@ pub enum SeqCheck {
     },
 }
 
+/// Why a marker may not be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerCheck {
+    Append,
+    /// The producer's epoch here is newer than the marker's.
+    FencedEpoch {
+        current: i16,
+    },
+    /// A newer transaction coordinator wrote a marker here already.
+    FencedCoordinator {
+        current: i32,
+    },
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct ProducerStateMap {
     producers: HashMap<i64, ProducerEntry>,
+    /// Open transactions: first offset → producer id.
+    open: BTreeMap<i64, i64>,
+    /// Ended transactions whose marker the high watermark had not passed
+    /// when last asked: marker offset → first offset.
+    unreplicated: BTreeMap<i64, i64>,
 }
 
 fn next_seq(seq: i32) -> i32 {
@@ -104,33 +181,102 @@ impl ProducerStateMap {
         }
     }
 
-    pub fn record(&mut self, producer_id: i64, epoch: i16, batch: BatchMeta) {
-        if producer_id < 0 {
-            return;
+    /// Whether a marker of `producer_id` at `epoch` from a coordinator at
+    /// `coordinator_epoch` may be written (Kafka fences older ones of both).
+    pub fn check_marker(&self, producer_id: i64, epoch: i16, coordinator_epoch: i32) -> MarkerCheck {
+        match self.producers.get(&producer_id) {
+            Some(e) if epoch < e.epoch => MarkerCheck::FencedEpoch { current: e.epoch },
+            Some(e) if coordinator_epoch < e.coordinator_epoch => {
+                MarkerCheck::FencedCoordinator { current: e.coordinator_epoch }
+            }
+            _ => MarkerCheck::Append,
         }
+    }
+
+    /// The entry of `producer_id`, made room for when new: the producer
+    /// with the oldest last write and no open transaction is forgotten.
+    fn entry(&mut self, producer_id: i64) -> &mut ProducerEntry {
         if !self.producers.contains_key(&producer_id) && self.producers.len() >= PRODUCERS_MAX {
-            if let Some(oldest) = self.producers.iter().min_by_key(|(_, e)| e.last_offset).map(|(id, _)| *id) {
+            let oldest = self
+                .producers
+                .iter()
+                .filter(|(_, e)| e.txn_first_offset.is_none())
+                .min_by_key(|(_, e)| e.last_offset)
+                .map(|(id, _)| *id);
+            if let Some(oldest) = oldest {
                 self.producers.remove(&oldest);
             }
         }
-        let entry = self.producers.entry(producer_id).or_default();
-        if epoch != entry.epoch {
-            entry.batches.clear();
-            entry.epoch = epoch;
+        self.producers.entry(producer_id).or_default()
+    }
+
+    /// Records an appended batch; a transactional one opens its producer's
+    /// transaction here if none is open.
+    pub fn record(&mut self, producer_id: i64, epoch: i16, batch: BatchMeta, transactional: bool) {
+        if producer_id < 0 {
+            return;
         }
+        let entry = self.entry(producer_id);
+        entry.set_epoch(epoch);
         entry.batches.push_back(batch);
         while entry.batches.len() > BATCHES_KEPT {
             entry.batches.pop_front();
         }
         entry.last_offset = batch.last_offset;
+        if transactional && entry.txn_first_offset.is_none() {
+            entry.txn_first_offset = Some(batch.base_offset);
+            self.open.insert(batch.base_offset, producer_id);
+        }
     }
 
-    /// Records every idempotent batch in `records` (batches already in the
-    /// log: rebuilt on open, or replicated from the leader).
-    pub fn record_batches(&mut self, records: &[u8]) -> Result<(), BatchError> {
+    /// Records a marker appended at `offset`: the producer's transaction
+    /// here (if it wrote anything) ends; its epoch and coordinator epoch
+    /// become the marker's.
+    pub fn end_txn(&mut self, producer_id: i64, epoch: i16, marker: EndTxnMarker, offset: i64) -> Option<CompletedTxn> {
+        let entry = self.entry(producer_id);
+        entry.set_epoch(epoch);
+        entry.coordinator_epoch = marker.coordinator_epoch;
+        entry.last_offset = offset;
+        let first_offset = entry.txn_first_offset.take()?;
+        entry.ended.push_back((first_offset, offset));
+        while entry.ended.len() > ENDED_KEPT {
+            entry.ended.pop_front();
+        }
+        self.open.remove(&first_offset);
+        self.unreplicated.insert(offset, first_offset);
+        let last_stable_offset = self.open.keys().next().map_or(offset + 1, |first| (*first).min(offset + 1));
+        Some(CompletedTxn {
+            producer_id,
+            first_offset,
+            last_offset: offset,
+            aborted: !marker.commit,
+            last_stable_offset,
+        })
+    }
+
+    /// Records every producer batch and marker in `records` (batches
+    /// already in the log: rebuilt on open, or replicated from the leader);
+    /// returns the transactions the markers ended.
+    pub fn record_batches(&mut self, records: &[u8]) -> Result<Vec<CompletedTxn>, BatchError> {
+        let mut ended = Vec::new();
         for range in split_record_set(records)? {
-            let h = BatchHeader::parse(&records[range])?;
-            if h.producer_id() >= 0 && h.base_sequence() >= 0 {
+            let bytes = &records[range];
+            let h = BatchHeader::parse(bytes)?;
+            if h.producer_id() < 0 {
+                continue;
+            }
+            if h.is_control() {
+                match decode_marker(bytes) {
+                    Some(marker) => {
+                        ended.extend(self.end_txn(h.producer_id(), h.producer_epoch(), marker, h.base_offset()))
+                    }
+                    None => tracing::warn!(
+                        offset = h.base_offset(),
+                        producer_id = h.producer_id(),
+                        "a control batch that is no end-transaction marker; ignored"
+                    ),
+                }
+            } else if h.base_sequence() >= 0 || h.is_transactional() {
                 let meta = BatchMeta {
                     first_seq: h.base_sequence(),
                     last_seq: h.base_sequence().wrapping_add(h.last_offset_delta()),
@@ -138,18 +284,42 @@ impl ProducerStateMap {
                     last_offset: h.last_offset(),
                     max_timestamp: h.max_timestamp(),
                 };
-                self.record(h.producer_id(), h.producer_epoch(), meta);
+                self.record(h.producer_id(), h.producer_epoch(), meta, h.is_transactional());
             }
         }
-        Ok(())
+        Ok(ended)
     }
 
-    /// Forgets batches at or above `offset` (the log was truncated there).
+    /// The first offset a `read_committed` reader may not pass below a
+    /// high watermark of `high_watermark`: that of the oldest transaction
+    /// open here, or ended by a marker at or past the high watermark (a
+    /// marker not yet replicated may still be cut). `None`: nothing holds
+    /// readers back. Forgets ended transactions the high watermark passed.
+    pub fn first_unstable_offset(&mut self, high_watermark: i64) -> Option<i64> {
+        self.unreplicated = self.unreplicated.split_off(&high_watermark);
+        let open = self.open.keys().next().copied();
+        let ended = self.unreplicated.values().min().copied();
+        open.into_iter().chain(ended).min()
+    }
+
+    /// Forgets batches at or above `offset` (the log was truncated there):
+    /// transactions begun there are gone, and those whose marker was cut
+    /// are open again.
     pub fn truncate_to(&mut self, offset: i64) {
         for entry in self.producers.values_mut() {
             entry.batches.retain(|b| b.last_offset < offset);
+            if entry.txn_first_offset.is_some_and(|first| first >= offset) {
+                entry.txn_first_offset = None;
+            }
+            while entry.ended.back().is_some_and(|&(_, marker)| marker >= offset) {
+                if let Some((first, _)) = entry.ended.pop_back().filter(|&(first, _)| first < offset) {
+                    entry.txn_first_offset = Some(first);
+                }
+            }
         }
-        self.producers.retain(|_, e| !e.batches.is_empty());
+        self.producers.retain(|_, e| !e.batches.is_empty() || e.txn_first_offset.is_some());
+        self.open = self.producers.iter().filter_map(|(id, e)| e.txn_first_offset.map(|first| (first, *id))).collect();
+        self.unreplicated.retain(|&marker, _| marker < offset);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -169,6 +339,8 @@ impl ProducerStateMap {
                     epoch: e.epoch,
                     last_sequence: last.last_seq,
                     last_timestamp: last.max_timestamp,
+                    coordinator_epoch: e.coordinator_epoch,
+                    current_txn_start_offset: e.txn_first_offset.unwrap_or(-1),
                 })
             })
             .collect();
@@ -259,22 +431,13 @@ mod tests {
     #[test]
     fn active_producers_show_their_last_batch() {
         let mut m = ProducerStateMap::default();
-        m.record(7, 2, meta(0, 4, 10));
-        m.record(7, 2, meta(5, 9, 15));
-        m.record(3, 0, meta(0, 0, 20));
-        assert_eq!(
-            m.active(),
-            vec![
-                ActiveProducer { producer_id: 3, epoch: 0, last_sequence: 0, last_timestamp: 1_020 },
-                ActiveProducer { producer_id: 7, epoch: 2, last_sequence: 9, last_timestamp: 1_015 },
-            ]
-        );
+        m.record(7, 2, meta(0, 4, 10), false);
+        m.record(7, 2, meta(5, 9, 15), false);
+        m.record(3, 0, meta(0, 0, 20), false);
+        assert_eq!(m.active(), vec![active(3, 0, 0, 1_020), active(7, 2, 9, 1_015),]);
         // Truncated batches are forgotten, and so is a producer left with none.
         m.truncate_to(15);
-        assert_eq!(
-            m.active(),
-            vec![ActiveProducer { producer_id: 7, epoch: 2, last_sequence: 4, last_timestamp: 1_010 }]
-        );
+        assert_eq!(m.active(), vec![active(7, 2, 4, 1_010)]);
     }
 
     #[test]
@@ -298,6 +461,17 @@ mod tests {
         assert_eq!(r.explains(7, 0, 30, 1_001 + REFUSAL_MEMORY_MS), Some(Refusal::NotLeader));
     }
 
+    fn active(producer_id: i64, epoch: i16, last_sequence: i32, last_timestamp: i64) -> ActiveProducer {
+        ActiveProducer {
+            producer_id,
+            epoch,
+            last_sequence,
+            last_timestamp,
+            coordinator_epoch: -1,
+            current_txn_start_offset: -1,
+        }
+    }
+
     fn meta(first: i32, last: i32, base: i64) -> BatchMeta {
         BatchMeta {
             first_seq: first,
@@ -312,9 +486,9 @@ mod tests {
     fn sequences_duplicates_and_gaps() {
         let mut s = ProducerStateMap::default();
         assert_eq!(s.check(7, 0, 0, 4), SeqCheck::Append);
-        s.record(7, 0, meta(0, 4, 100));
+        s.record(7, 0, meta(0, 4, 100), false);
         assert_eq!(s.check(7, 0, 5, 9), SeqCheck::Append);
-        s.record(7, 0, meta(5, 9, 105));
+        s.record(7, 0, meta(5, 9, 105), false);
         assert_eq!(s.check(7, 0, 0, 4), SeqCheck::Duplicate(meta(0, 4, 100)), "a retry gets its offsets");
         assert_eq!(s.check(7, 0, 12, 13), SeqCheck::OutOfOrder { expected: 10, got: 12 });
         assert_eq!(s.check(8, 0, 3, 3), SeqCheck::OutOfOrder { expected: 0, got: 3 });
@@ -324,7 +498,7 @@ mod tests {
     #[test]
     fn epochs_fence_and_reset() {
         let mut s = ProducerStateMap::default();
-        s.record(7, 2, meta(0, 0, 0));
+        s.record(7, 2, meta(0, 0, 0), false);
         assert_eq!(s.check(7, 1, 1, 1), SeqCheck::FencedEpoch { current: 2 });
         assert_eq!(s.check(7, 3, 0, 0), SeqCheck::Append);
         assert_eq!(s.check(7, 3, 5, 5), SeqCheck::OutOfOrder { expected: 0, got: 5 });
@@ -334,7 +508,7 @@ mod tests {
     fn only_recent_batches_are_kept_and_truncation_forgets() {
         let mut s = ProducerStateMap::default();
         for i in 0..10 {
-            s.record(1, 0, meta(i, i, i as i64));
+            s.record(1, 0, meta(i, i, i as i64), false);
         }
         assert_eq!(s.check(1, 0, 0, 0), SeqCheck::OutOfOrder { expected: 10, got: 0 });
         assert!(matches!(s.check(1, 0, 9, 9), SeqCheck::Duplicate(_)));
@@ -344,10 +518,81 @@ mod tests {
         assert!(s.is_empty());
     }
 
+    const COMMIT: EndTxnMarker = EndTxnMarker { commit: true, coordinator_epoch: 0 };
+    const ABORT: EndTxnMarker = EndTxnMarker { commit: false, coordinator_epoch: 0 };
+
+    #[test]
+    fn open_transactions_hold_the_last_stable_offset_until_their_marker_is_replicated() {
+        let mut s = ProducerStateMap::default();
+        s.record(1, 0, meta(0, 1, 10), true);
+        s.record(2, 0, meta(0, 0, 12), false);
+        s.record(3, 0, meta(0, 0, 13), true);
+        s.record(1, 0, meta(2, 2, 14), true);
+        assert_eq!(s.first_unstable_offset(15), Some(10), "producer 1's transaction began at 10");
+        assert_eq!(s.active()[0].current_txn_start_offset, 10);
+        let ended = s.end_txn(1, 0, ABORT, 15);
+        let txn =
+            CompletedTxn { producer_id: 1, first_offset: 10, last_offset: 15, aborted: true, last_stable_offset: 13 };
+        assert_eq!(ended, Some(txn), "producer 3's transaction is still open");
+        assert_eq!(s.first_unstable_offset(15), Some(10), "the marker at 15 is not replicated yet");
+        assert_eq!(s.first_unstable_offset(16), Some(13), "now producer 3's transaction holds it");
+        assert_eq!(s.end_txn(3, 0, COMMIT, 16).map(|t| t.aborted), Some(false));
+        assert_eq!(s.first_unstable_offset(17), None);
+        assert_eq!(s.end_txn(2, 0, COMMIT, 17), None, "a marker for a producer with no records here ends nothing");
+    }
+
+    #[test]
+    fn markers_fence_older_epochs_and_coordinators() {
+        let mut s = ProducerStateMap::default();
+        s.record(1, 0, meta(0, 0, 0), true);
+        assert_eq!(s.check_marker(1, 0, 3), MarkerCheck::Append);
+        s.end_txn(1, 1, EndTxnMarker { commit: false, coordinator_epoch: 3 }, 1);
+        assert_eq!(s.check_marker(1, 0, 3), MarkerCheck::FencedEpoch { current: 1 });
+        assert_eq!(s.check_marker(1, 1, 2), MarkerCheck::FencedCoordinator { current: 3 });
+        assert_eq!(s.check(1, 0, 1, 1), SeqCheck::FencedEpoch { current: 1 }, "the abort bumped the epoch");
+        assert_eq!(s.check(1, 1, 0, 0), SeqCheck::Append, "the new epoch starts at sequence 0");
+        assert_eq!(s.check_marker(9, 0, 0), MarkerCheck::Append, "an unknown producer");
+    }
+
+    #[test]
+    fn a_truncation_that_cuts_a_marker_opens_its_transaction_again() {
+        let mut s = ProducerStateMap::default();
+        s.record(1, 0, meta(0, 0, 0), true);
+        s.end_txn(1, 0, COMMIT, 1);
+        s.record(1, 0, meta(1, 1, 2), true);
+        s.end_txn(1, 0, COMMIT, 3);
+        s.record(1, 0, meta(2, 2, 4), true);
+        assert_eq!(s.first_unstable_offset(5), Some(4));
+        s.truncate_to(3);
+        assert_eq!(s.first_unstable_offset(3), Some(2), "the marker at 3 is gone, the transaction at 2 is open");
+        assert_eq!(s.check(1, 0, 2, 2), SeqCheck::Append, "the batch at 4 is forgotten");
+        s.truncate_to(2);
+        assert_eq!(s.first_unstable_offset(2), None, "the transaction began at the cut");
+        s.truncate_to(1);
+        assert_eq!(s.first_unstable_offset(1), Some(0));
+    }
+
+    #[test]
+    fn record_batches_reads_markers() {
+        use crate::log::batch::test_batches::build_idempotent_batch;
+        let mut batch = build_idempotent_batch(2, 5, 0, 0);
+        crate::log::batch::set_transactional_for_tests(&mut batch);
+        let mut marker = crate::log::txn::encode_marker(5, 0, ABORT, 1_000).expect("encodes");
+        crate::log::batch::set_base_offset(&mut marker, 2);
+        let mut s = ProducerStateMap::default();
+        assert_eq!(s.record_batches(&batch).expect("valid"), vec![]);
+        assert_eq!(s.first_unstable_offset(2), Some(0));
+        let ended = s.record_batches(&marker).expect("valid");
+        let txn =
+            CompletedTxn { producer_id: 5, first_offset: 0, last_offset: 2, aborted: true, last_stable_offset: 3 };
+        assert_eq!(ended, vec![txn]);
+        assert_eq!(s.first_unstable_offset(3), None);
+    }
+
     #[test]
     fn sequence_wraps() {
         let mut s = ProducerStateMap::default();
-        s.record(1, 0, meta(i32::MAX - 1, i32::MAX, 0));
+        s.record(1, 0, meta(i32::MAX - 1, i32::MAX, 0), false);
         assert_eq!(s.check(1, 0, 0, 3), SeqCheck::Append);
     }
 }

@@ -19,6 +19,7 @@ API_JOIN_GROUP, API_HEARTBEAT, API_LEAVE_GROUP, API_SYNC_GROUP = 11, 12, 13, 14
 API_DESCRIBE_GROUPS, API_LIST_GROUPS = 15, 16
 API_API_VERSIONS, API_CREATE_TOPICS, API_INIT_PRODUCER_ID = 18, 19, 22
 API_DELETE_GROUPS, API_OFFSET_DELETE = 42, 47
+API_WRITE_TXN_MARKERS = 27
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 
@@ -228,11 +229,12 @@ def pick_version(versions, api_key, lo, hi):
 
 # ---- record batches ---------------------------------------------------------------------
 
-def record_batch(records, base_timestamp=None, producer_id=-1, producer_epoch=-1, base_sequence=-1):
+def record_batch(records, base_timestamp=None, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                 transactional=False):
     """An uncompressed magic-2 batch; records = [(key, value)] (bytes or None), stamped with
     base_timestamp (ms), by default now: a batch from 1970 is older than any retention.ms and
     the next retention check deletes its segment. An idempotent producer's batch gives its id,
-    epoch and first sequence number."""
+    epoch and first sequence number; a transactional one sets the transactional attribute."""
     import crc32c
     import time
 
@@ -246,7 +248,7 @@ def record_batch(records, base_timestamp=None, producer_id=-1, producer_epoch=-1
         rec += varint(-1) if value is None else varint(len(value)) + value
         rec += varint(0)  # headers
         body += varint(len(rec)) + rec
-    after_crc = (i16(0) + i32(len(records) - 1) + i64(base_timestamp) + i64(base_timestamp) + i64(producer_id)
+    after_crc = (i16(0x10 if transactional else 0) + i32(len(records) - 1) + i64(base_timestamp) + i64(base_timestamp) + i64(producer_id)
                  + i16(producer_epoch) + i32(base_sequence) + i32(len(records)) + bytes(body))
     crc = crc32c.crc32c(after_crc)
     after_length = i32(-1) + i8(2) + struct.pack(">I", crc) + after_crc
@@ -275,9 +277,9 @@ def batch_headers(records_bytes):
 
 # ---- Produce / Fetch ----------------------------------------------------------------------
 
-def produce(addr, topic, partition, batch, acks=-1, timeout_ms=10000, version=3):
+def produce(addr, topic, partition, batch, acks=-1, timeout_ms=10000, version=3, transactional_id=None):
     """Produce (v3..v8, same request layout) one batch; returns (error_code, base_offset)."""
-    body = (string(None) + i16(acks) + i32(timeout_ms) + i32(1) + string(topic) + i32(1) + i32(partition)
+    body = (string(transactional_id) + i16(acks) + i32(timeout_ms) + i32(1) + string(topic) + i32(1) + i32(partition)
             + nbytes(batch))
     r = roundtrip(addr, API_PRODUCE, version, body, timeout=timeout_ms / 1000 + 10)
     n_topics = r.i32()
@@ -302,8 +304,16 @@ def init_producer_id(addr, timeout=10):
 
 def fetch(addr, topic, partition, offset, max_bytes=8 * 1024 * 1024, version=4, timeout=15):
     """Fetch v4: (error_code, high_watermark, records bytes)."""
-    body = (i32(-1) + i32(100) + i32(1) + i32(max_bytes) + i8(0) + i32(1) + string(topic) + i32(1) + i32(partition)
-            + i64(offset) + i32(max_bytes))
+    err, hw, _, _, records = fetch_isolated(addr, topic, partition, offset, max_bytes, version, timeout)
+    return err, hw, records
+
+
+def fetch_isolated(addr, topic, partition, offset, max_bytes=8 * 1024 * 1024, version=4, timeout=15,
+                   isolation_level=0):
+    """Fetch v4 at an isolation level (1: read_committed): (error_code, high_watermark,
+    last_stable_offset, aborted transactions [(producer_id, first_offset)], records bytes)."""
+    body = (i32(-1) + i32(100) + i32(1) + i32(max_bytes) + i8(isolation_level) + i32(1) + string(topic) + i32(1)
+            + i32(partition) + i64(offset) + i32(max_bytes))
     r = roundtrip(addr, API_FETCH, version, body, timeout=timeout)
     r.i32()  # throttle
     assert r.i32() == 1
@@ -312,12 +322,44 @@ def fetch(addr, topic, partition, offset, max_bytes=8 * 1024 * 1024, version=4, 
     assert r.i32() == partition
     err = r.i16()
     hw = r.i64()
-    r.i64()  # last stable offset
-    n_aborted = r.i32()
-    for _ in range(max(n_aborted, 0)):
-        r.i64()
-        r.i64()
-    return err, hw, r.nbytes()
+    lso = r.i64()
+    aborted = [(r.i64(), r.i64()) for _ in range(max(r.i32(), 0))]
+    return err, hw, lso, aborted, r.nbytes()
+
+
+def list_offset_latest(addr, topic, partition, isolation_level=0, timeout=10):
+    """ListOffsets v2 for the latest offset at an isolation level: (error_code, offset)."""
+    body = (i32(-1) + i8(isolation_level) + i32(1) + string(topic) + i32(1) + i32(partition) + i64(-1))
+    r = roundtrip(addr, API_LIST_OFFSETS, 2, body, timeout=timeout)
+    r.i32()  # throttle
+    assert r.i32() == 1 and r.string() == topic and r.i32() == 1 and r.i32() == partition
+    err = r.i16()
+    r.i64()  # timestamp
+    return err, r.i64()
+
+
+def write_txn_markers(addr, markers, timeout=40):
+    """WriteTxnMarkers v1 (flexible); markers = [(producer_id, epoch, commit, coordinator_epoch,
+    {topic: [partition]})]. Returns {(producer_id, topic, partition): error_code}."""
+    body = carray([
+        i64(pid) + i16(epoch) + i8(1 if commit else 0)
+        + carray([cstring(t) + carray([i32(p) for p in ps]) + NO_TAGS for t, ps in topics.items()])
+        + i32(coordinator_epoch) + NO_TAGS
+        for pid, epoch, commit, coordinator_epoch, topics in markers
+    ]) + NO_TAGS
+    r = roundtrip(addr, API_WRITE_TXN_MARKERS, 1, body, timeout=timeout, flexible=True)
+    out = {}
+    for _ in range(r.carray_len()):
+        pid = r.i64()
+        for _ in range(r.carray_len()):
+            topic = r.cstring()
+            for _ in range(r.carray_len()):
+                partition, err = r.i32(), r.i16()
+                r.skip_tags()
+                out[(pid, topic, partition)] = err
+            r.skip_tags()
+        r.skip_tags()
+    return out
 
 
 # ---- consumer groups ----------------------------------------------------------------------

@@ -32,6 +32,7 @@ pub fn cluster_operation(api: ApiKey) -> Option<Operation> {
         | AlterUserScramCredentials
         | CreateAcls
         | DeleteAcls => Some(Operation::Alter),
+        WriteTxnMarkers => Some(Operation::ClusterAction),
         _ => None,
     }
 }
@@ -158,6 +159,7 @@ pub fn refusal(body: RequestKind) -> Option<ResponseKind> {
                     .collect(),
             ),
         ),
+        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(super::txn_markers::answer_all(&r, code)),
         _ => return None,
     })
 }

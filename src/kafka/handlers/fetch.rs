@@ -6,13 +6,15 @@
 //! only the partitions whose position changed, and its answers carry only the
 //! partitions with something new. Records are not read: each partition's
 //! answer is a range of its segment file, which the connection sends from the
-//! page cache (see [`crate::kafka::frame`]).
+//! page cache (see [`crate::kafka::frame`]). A `read_committed` consumer
+//! (isolation level 1) reads below the last stable offset and is told the
+//! aborted transactions in what it gets, whose records it drops (KIP-98).
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::select_all;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 use kafka_protocol::ResponseError;
 
@@ -51,6 +53,7 @@ fn read_all(
     plan: &Plan,
     replica: Option<ReplicaFetch>,
     readable: &[bool],
+    read_committed: bool,
 ) -> (Vec<FetchableTopicResponse>, RecordSlices, usize) {
     let mut slices = RecordSlices::default();
     let mut budget = max_bytes.max(0) as usize;
@@ -94,7 +97,15 @@ fn read_all(
                             None => {}
                         }
                     }
-                    match partition.read(fp.fetch_offset, limit, min_one_batch, fp.current_leader_epoch, replica) {
+                    let read = partition.read(
+                        fp.fetch_offset,
+                        limit,
+                        min_one_batch,
+                        fp.current_leader_epoch,
+                        replica,
+                        read_committed,
+                    );
+                    match read {
                         Ok(r) => {
                             if throttled {
                                 ctx.replicas.leader_throttle.record(r.records.len(), mono_ms());
@@ -104,10 +115,20 @@ fn read_all(
                             }
                             total += r.records.len();
                             budget = budget.saturating_sub(r.records.len());
+                            let aborted = r
+                                .aborted
+                                .iter()
+                                .map(|t| {
+                                    AbortedTransaction::default()
+                                        .with_producer_id(kafka_protocol::messages::ProducerId(t.producer_id))
+                                        .with_first_offset(t.first_offset)
+                                })
+                                .collect();
                             empty(fp.partition, 0)
                                 .with_high_watermark(r.high_watermark)
-                                .with_last_stable_offset(r.high_watermark)
+                                .with_last_stable_offset(r.last_stable_offset)
                                 .with_log_start_offset(r.log_start_offset)
+                                .with_aborted_transactions(Some(aborted))
                                 .with_records(Some(slices.add(r.records)))
                         }
                         // Out of range: the log start offset and high watermark
@@ -169,6 +190,7 @@ pub async fn handle(
     drop(image);
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let min_bytes = request.min_bytes.max(0) as usize;
+    let read_committed = request.isolation_level == 1;
     warm_far_behind(ctx, &plan, &readable).await;
     loop {
         // Subscribe before reading, so an append between the read and the
@@ -179,7 +201,8 @@ pub async fn handle(
             .map(|p| if replica.is_some() { p.subscribe_log_end() } else { p.subscribe() })
             .collect();
         let mut roles = ctx.replicas.subscribe();
-        let (mut topics, slices, bytes) = read_all(ctx, request.max_bytes, &plan, replica_fetch, &readable);
+        let (mut topics, slices, bytes) =
+            read_all(ctx, request.max_bytes, &plan, replica_fetch, &readable, read_committed);
         if version < 5 {
             // The log start offset is not in responses before v5.
             topics.iter_mut().flat_map(|t| t.partitions.iter_mut()).for_each(|p| p.log_start_offset = -1);

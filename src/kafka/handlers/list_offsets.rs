@@ -1,5 +1,6 @@
 //! ListOffsets (earliest, latest, by timestamp) and OffsetsForLeaderEpoch,
-//! answered by partition leaders.
+//! answered by partition leaders. With isolation level 1 (`read_committed`,
+//! v2+) latest is the last stable offset and lookups stay below it.
 
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
@@ -16,6 +17,7 @@ use crate::security::acl::{Operation, ResourceType};
 
 pub fn handle(ctx: &NodeContext, request: ListOffsetsRequest, version: i16, client: &Client) -> ListOffsetsResponse {
     let image = ctx.quorum.image();
+    let read_committed = request.isolation_level == 1;
     let topics = request
         .topics
         .into_iter()
@@ -41,7 +43,7 @@ pub fn handle(ctx: &NodeContext, request: ListOffsetsRequest, version: i16, clie
                             p.partition_index,
                         ));
                     };
-                    match partition.offset_for(p.timestamp, p.current_leader_epoch) {
+                    match partition.offset_for(p.timestamp, p.current_leader_epoch, read_committed) {
                         Ok((timestamp, offset)) => {
                             let epoch = if version >= 4 { partition.leader_epoch() } else { -1 };
                             base.with_timestamp(timestamp).with_offset(offset).with_leader_epoch(epoch)

@@ -19,6 +19,7 @@ pub mod quotas;
 pub mod reassignments;
 pub mod topic_partitions;
 pub mod topics;
+pub mod txn_markers;
 pub mod users;
 
 use kafka_protocol::protocol::StrBytes;
@@ -69,6 +70,7 @@ pub fn partition_error_code(e: &PartitionError) -> i16 {
             Refusal::Storage => ResponseError::KafkaStorageError,
         },
         PartitionError::InvalidProducerEpoch { .. } => ResponseError::InvalidProducerEpoch,
+        PartitionError::TransactionCoordinatorFenced { .. } => ResponseError::TransactionCoordinatorFenced,
         PartitionError::OffsetNotAvailable { .. } => ResponseError::OffsetNotAvailable,
         PartitionError::Log(LogError::MessageTooLarge { .. }) => ResponseError::MessageTooLarge,
         PartitionError::Log(LogError::CorruptBatch(_)) => ResponseError::CorruptMessage,

@@ -17,7 +17,7 @@ use crate::node::NodeContext;
 use crate::security::acl::{Operation, ResourceType};
 use std::sync::Arc;
 
-use crate::log::LogError;
+use crate::log::{BatchHeader, LogError};
 use crate::replication::partition::{CommitWait, DurableWait};
 use crate::replication::producer_state::Refusal;
 use crate::replication::{Partition, PartitionError};
@@ -79,8 +79,12 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16, client: 
     let wait_commit = acks_all && !ctx.settings.bool("unsafe.ack.before.commit");
     let started = Instant::now();
     let wait = Duration::from_millis(request.timeout_ms.max(0) as u64).min(ACKS_ALL_WAIT_MAX);
-    let transactional = request.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty());
     let image = ctx.quorum.image();
+    // Transactional batches come with the producer's transactional id in
+    // the request, on which it needs WRITE (Kafka's check).
+    let transactional_allowed = request.transactional_id.as_ref().filter(|t| !t.0.is_empty()).is_some_and(|id| {
+        ctx.authorize(client, &image, Operation::Write, ResourceType::TransactionalId, id.0.as_str())
+    });
     // Cut off from the controller: fenced, most likely, with its partitions led
     // elsewhere; nothing appended here could commit.
     let out_of_touch = ctx.lifecycle.out_of_touch();
@@ -99,7 +103,9 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16, client: 
                 partitions.push(error_response(index, ResponseError::TopicAuthorizationFailed.code()));
                 continue;
             }
-            if transactional {
+            let transactional =
+                data.records.as_deref().is_some_and(|r| BatchHeader::parse(r).is_ok_and(|h| h.is_transactional()));
+            if transactional && !transactional_allowed {
                 partitions.push(error_response(index, ResponseError::TransactionalIdAuthorizationFailed.code()));
                 continue;
             }

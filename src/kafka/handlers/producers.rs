@@ -43,8 +43,8 @@ pub fn handle(ctx: &NodeContext, request: DescribeProducersRequest, client: &Cli
                                         .with_producer_epoch(i32::from(p.epoch))
                                         .with_last_sequence(p.last_sequence)
                                         .with_last_timestamp(p.last_timestamp)
-                                        .with_coordinator_epoch(-1)
-                                        .with_current_txn_start_offset(-1)
+                                        .with_coordinator_epoch(p.coordinator_epoch)
+                                        .with_current_txn_start_offset(p.current_txn_start_offset)
                                 })
                                 .collect(),
                         ),
