@@ -12,6 +12,7 @@
 //! - [`replication`]: partition replicas on this broker (role, high
 //!   watermark, producer state) kept in step with the metadata image.
 //! - [`group`]: the consumer-group coordinator and `__consumer_offsets`.
+//! - [`txn`]: the transaction coordinator and `__transaction_state`.
 //! - [`admin`]: the HTTP admin API and metrics.
 //! - [`cluster`]: `strom cluster`, N nodes from one binary.
 //! - [`cli`]: the admin subcommands, clients of the HTTP API.
@@ -33,3 +34,4 @@ pub mod log;
 pub mod node;
 pub mod replication;
 pub mod security;
+pub mod txn;

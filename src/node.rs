@@ -58,6 +58,7 @@ pub struct NodeContext {
     pub replicas: Arc<ReplicaManager>,
     pub producer_ids: ProducerIdAllocator,
     pub groups: Arc<GroupCoordinator>,
+    pub txns: Arc<crate::txn::TransactionCoordinator>,
     /// The ACL authorizer (off unless `authorizer.class.name` is set).
     pub authorizer: Authorizer,
     /// HTTPS, authentication and peer credentials of the admin API.
@@ -333,6 +334,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         replicas.clone(),
     ));
     let metrics = Arc::new(Metrics::default());
+    let groups = Arc::new(GroupCoordinator::new(settings.clone(), replicas.clone()));
     let ctx = Arc::new(NodeContext {
         broker_id,
         settings: settings.clone(),
@@ -343,7 +345,15 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         metrics: metrics.clone(),
         replicas: replicas.clone(),
         producer_ids: ProducerIdAllocator::default(),
-        groups: Arc::new(GroupCoordinator::new(settings.clone(), replicas.clone())),
+        groups: groups.clone(),
+        txns: Arc::new(crate::txn::TransactionCoordinator::new(
+            broker_id,
+            settings.clone(),
+            replicas.clone(),
+            quorum.clone(),
+            node_tls.clone().filter(|_| config.listeners[0].protocol.uses_tls()),
+            groups,
+        )),
         authorizer: Authorizer::from_settings(&settings),
         admin_security,
         quotas: crate::security::quotas::QuotaManager::from_settings(&settings),
@@ -372,6 +382,14 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
         tokio::spawn(async move {
             if lifecycle.wait_caught_up(stop.clone()).await {
                 groups.run(stop).await;
+            }
+        })
+    };
+    let txns_task = {
+        let (txns, lifecycle, stop) = (ctx.txns.clone(), lifecycle.clone(), stop_admin_rx.clone());
+        tokio::spawn(async move {
+            if lifecycle.wait_caught_up(stop.clone()).await {
+                txns.run(stop).await;
             }
         })
     };
@@ -469,6 +487,7 @@ pub async fn run(config: NodeConfig) -> Result<(), NodeError> {
     }
     let _ = replicas_task.await;
     let _ = groups_task.await;
+    let _ = txns_task.await;
     quorum.shutdown().await;
     tracing::info!(node_id = config.node_id, "stopped");
     Ok(())

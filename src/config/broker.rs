@@ -314,6 +314,37 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         int(14, I32_MAX),
         "segment size of __consumer_offsets (compacted segment by segment)",
     ),
+    def("transaction.state.log.num.partitions", Some("50"), int(1, 10_000), "partitions of __transaction_state"),
+    def(
+        "transaction.state.log.replication.factor",
+        None,
+        int(1, 32),
+        "replication of __transaction_state (unset: min(3, brokers))",
+    ),
+    def(
+        "transaction.state.log.min.isr",
+        Some("2"),
+        int(1, 32),
+        "min.insync.replicas of __transaction_state (at most its replication factor)",
+    ),
+    def(
+        "transaction.state.log.segment.bytes",
+        Some("104857600"),
+        int(14, I32_MAX),
+        "segment size of __transaction_state",
+    ),
+    def(
+        "transaction.max.timeout.ms",
+        Some("900000"),
+        int(1, I32_MAX),
+        "the longest transaction.timeout.ms a producer may ask for",
+    ),
+    def(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+        Some("10000"),
+        int(1, I32_MAX),
+        "how often transactions open past their timeout are looked for and aborted",
+    ),
     def(
         "group.initial.rebalance.delay.ms",
         Some("3000"),

@@ -254,12 +254,32 @@ impl GroupCoordinator {
     /// they were decided (and the last record written is the newest). An
     /// OffsetCommit is checked and appended before its handler first waits.
     fn append(&self, partition: i32, records: Vec<(Bytes, Option<Bytes>)>) -> Result<Appended, ResponseError> {
+        self.append_as(partition, records, None)
+    }
+
+    /// [`Self::append`], as one transactional batch of `producer` (id,
+    /// epoch) when given: offsets a transaction commits (TxnOffsetCommit),
+    /// which its marker in this partition later commits or aborts.
+    fn append_as(
+        &self,
+        partition: i32,
+        records: Vec<(Bytes, Option<Bytes>)>,
+        producer: Option<(i64, i16)>,
+    ) -> Result<Appended, ResponseError> {
         let p = self.replicas.get(OFFSETS_TOPIC, partition).ok_or(ResponseError::NotCoordinator)?;
         let now = wall_ms();
         let batch: Vec<Record> = records
             .into_iter()
             .enumerate()
-            .map(|(i, (key, value))| plain_record(i as i64, Some(key), value, now))
+            .map(|(i, (key, value))| {
+                let record = plain_record(i as i64, Some(key), value, now);
+                match producer {
+                    Some((producer_id, producer_epoch)) => {
+                        Record { transactional: true, producer_id, producer_epoch, ..record }
+                    }
+                    None => record,
+                }
+            })
             .collect();
         let buf = encode_batch(batch).ok_or(ResponseError::UnknownServerError)?;
         let appended = p.append_as_leader(&buf, true).map_err(|e| write_error(&e))?;
@@ -355,6 +375,7 @@ impl GroupCoordinator {
         let Some(p) = self.replicas.get(OFFSETS_TOPIC, index) else { return };
         let mut groups: HashMap<String, Option<GroupValue>> = HashMap::new();
         let mut offsets: HashMap<String, BTreeMap<(String, i32), Option<Committed>>> = HashMap::new();
+        let mut pending: PendingTxnOffsets = HashMap::new();
         let mut next = 0i64;
         let mut records = 0usize;
         loop {
@@ -380,10 +401,18 @@ impl GroupCoordinator {
                 for r in set.records {
                     next = next.max(r.offset + 1);
                     if r.control {
+                        let commit = r.key.as_deref().and_then(crate::log::txn::marker_commits);
+                        if let Some(commit) = commit {
+                            end_loaded_txn(&mut offsets, &mut pending, r.producer_id, commit);
+                        }
                         continue;
                     }
                     records += 1;
-                    apply_loaded(&mut groups, &mut offsets, &r);
+                    if r.transactional && r.producer_id >= 0 {
+                        apply_loaded_txn(&mut pending, &r);
+                    } else {
+                        apply_loaded(&mut groups, &mut offsets, &r);
+                    }
                 }
             }
             if next >= end {
@@ -407,7 +436,13 @@ impl GroupCoordinator {
                 }
             }
         }
-        loaded.retain(|_, g| !(g.members.is_empty() && g.offsets.is_empty() && g.generation == 0));
+        for (producer_id, commits) in pending {
+            for (group, topic, partition, c) in commits {
+                let g = loaded.entry(group.clone()).or_insert_with(|| Group::new(&group, now_ms));
+                g.add_pending_txn_offset(producer_id, &topic, partition, c);
+            }
+        }
+        loaded.retain(|_, g| !g.is_unused());
         let mut shards = self.shards();
         if let Some(shard) = shards.get_mut(&index).filter(|s| s.leader_epoch == epoch && !s.loaded) {
             let millis = started.elapsed().as_millis() as u64;
@@ -642,19 +677,96 @@ impl GroupCoordinator {
         Ok(results)
     }
 
-    /// Committed offsets of a group: of `partitions`, or all when `None`.
+    /// Committed offsets of a group: of `partitions`, or all when `None`,
+    /// each with whether a transaction not ended yet holds a newer one.
     /// An unknown group has none.
     pub fn fetch_offsets(
         self: &Arc<Self>,
         partition: i32,
         group_id: &str,
         partitions: Option<&[(String, i32)]>,
-    ) -> Result<Vec<(TopicPartition, Option<Committed>)>, ResponseError> {
-        let found = self.with_group(partition, group_id, false, |g| match partitions {
-            Some(wanted) => wanted.iter().map(|k| (k.clone(), g.offsets.get(k).cloned())).collect(),
-            None => g.offsets.iter().map(|(k, c)| (k.clone(), Some(c.clone()))).collect::<Vec<_>>(),
+    ) -> Result<Vec<(TopicPartition, Option<Committed>, bool)>, ResponseError> {
+        let found = self.with_group(partition, group_id, false, |g| {
+            let row = |k: &TopicPartition, c: Option<Committed>| (k.clone(), c, g.has_pending_txn_offset(&k.0, k.1));
+            match partitions {
+                Some(wanted) => wanted.iter().map(|k| row(k, g.offsets.get(k).cloned())).collect(),
+                None => g.offsets.iter().map(|(k, c)| row(k, Some(c.clone()))).collect::<Vec<_>>(),
+            }
         })?;
-        Ok(found.unwrap_or_else(|| partitions.unwrap_or_default().iter().map(|k| (k.clone(), None)).collect()))
+        Ok(found.unwrap_or_else(|| partitions.unwrap_or_default().iter().map(|k| (k.clone(), None, false)).collect()))
+    }
+
+    /// TxnOffsetCommit: stores offsets a transaction of `producer` (id,
+    /// epoch) commits, as a transactional batch; they count as committed
+    /// once the transaction's commit marker reaches the group's partition
+    /// ([`Self::end_txn`]). One error (or none) per commit, in order.
+    pub async fn txn_commit(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        producer: (i64, i16),
+        auth: CommitAuth<'_>,
+        commits: Vec<OffsetCommit>,
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let now = Instant::now();
+        let simple = auth.generation < 0 && auth.member_id.is_empty();
+        let max_metadata = self.settings.int("offset.metadata.max.bytes").unwrap_or(4096).max(0) as usize;
+        let results: Vec<Option<ResponseError>> = commits
+            .iter()
+            .map(|c| (c.metadata.len() > max_metadata).then_some(ResponseError::OffsetMetadataTooLarge))
+            .collect();
+        let timestamp = wall_ms();
+        let to_write: Vec<usize> = (0..commits.len()).filter(|&i| results[i].is_none()).collect();
+        let records: Vec<(Bytes, Option<Bytes>)> = to_write
+            .iter()
+            .map(|&i| {
+                let c = &commits[i];
+                let key =
+                    RecordKey::Offset { group: group_id.to_string(), topic: c.topic.clone(), partition: c.partition };
+                let value = OffsetValue {
+                    offset: c.offset,
+                    leader_epoch: c.leader_epoch,
+                    metadata: c.metadata.clone(),
+                    commit_timestamp: timestamp,
+                };
+                (key.encode(), Some(value.encode()))
+            })
+            .collect();
+        if records.is_empty() {
+            return Ok(results);
+        }
+        let checked = self.with_group(partition, group_id, simple, |g| {
+            g.check_commit(&auth, now)?;
+            self.append_as(partition, records, Some(producer))
+        })?;
+        let appended = checked.ok_or(ResponseError::IllegalGeneration)??;
+        let base = self.await_commit(appended).await?;
+        let _ = self.with_group(partition, group_id, true, |g| {
+            for (n, &i) in to_write.iter().enumerate() {
+                let c = &commits[i];
+                let committed = Committed {
+                    offset: c.offset,
+                    leader_epoch: c.leader_epoch,
+                    metadata: c.metadata.clone(),
+                    commit_timestamp: timestamp,
+                    record_offset: base + n as i64,
+                };
+                g.add_pending_txn_offset(producer.0, &c.topic, c.partition, committed);
+            }
+        });
+        Ok(results)
+    }
+
+    /// The transaction of `producer_id` ended in `__consumer_offsets`
+    /// partition `partition` (its marker is committed there): the offsets
+    /// it committed for the partition's groups become committed, or go.
+    pub fn end_txn(&self, partition: i32, producer_id: i64, commit: bool) {
+        let mut shards = self.shards();
+        let Some(shard) = shards.get_mut(&partition) else { return };
+        for g in shard.groups.values_mut() {
+            g.end_txn(producer_id, commit);
+        }
+        shard.groups.retain(|_, g| !g.is_unused());
     }
 
     /// Every group this broker coordinates; an error while any partition is loading.
@@ -793,6 +905,50 @@ impl GroupCoordinator {
     }
 }
 
+/// Offsets of transactions not ended (yet) in a load, by producer id: the
+/// group, topic, partition and commit of each.
+type PendingTxnOffsets = HashMap<i64, Vec<(String, String, i32, Committed)>>;
+
+/// Notes a load's transactional offset commit (TxnOffsetCommit), pending
+/// until its producer's marker.
+fn apply_loaded_txn(pending: &mut PendingTxnOffsets, r: &Record) {
+    let (Some(key), Some(value)) = (r.key.clone(), r.value.clone()) else { return };
+    let (Ok(RecordKey::Offset { group, topic, partition }), Ok(v)) =
+        (RecordKey::decode(key), OffsetValue::decode(value))
+    else {
+        tracing::warn!(offset = r.offset, "unreadable transactional offset commit in __consumer_offsets");
+        return;
+    };
+    let committed = Committed {
+        offset: v.offset,
+        leader_epoch: v.leader_epoch,
+        metadata: v.metadata,
+        commit_timestamp: v.commit_timestamp,
+        record_offset: r.offset,
+    };
+    pending.entry(r.producer_id).or_default().push((group, topic, partition, committed));
+}
+
+/// A marker in a load: the producer's pending offsets are committed (unless
+/// a later commit replaced them already) or dropped.
+fn end_loaded_txn(
+    offsets: &mut HashMap<String, BTreeMap<(String, i32), Option<Committed>>>,
+    pending: &mut PendingTxnOffsets,
+    producer_id: i64,
+    commit: bool,
+) {
+    let Some(commits) = pending.remove(&producer_id) else { return };
+    if !commit {
+        return;
+    }
+    for (group, topic, partition, c) in commits {
+        let slot = offsets.entry(group).or_default().entry((topic, partition)).or_insert(None);
+        if slot.as_ref().is_none_or(|existing| existing.record_offset < c.record_offset) {
+            *slot = Some(c);
+        }
+    }
+}
+
 /// Folds one record of `__consumer_offsets` into what a load has seen so far.
 fn apply_loaded(
     groups: &mut HashMap<String, Option<GroupValue>>,
@@ -880,5 +1036,58 @@ mod tests {
         assert_eq!(a[&("t".to_string(), 1)], None);
         assert!(!offsets.contains_key("b"), "a group tombstone drops its offsets");
         assert_eq!(groups.get("b"), Some(&None));
+    }
+
+    #[test]
+    fn loading_applies_transactional_offsets_at_their_commit_marker_only() {
+        let mut groups = HashMap::new();
+        let mut offsets = HashMap::new();
+        let mut pending = HashMap::new();
+        let commit = |o: i64| {
+            Some(OffsetValue { offset: o, leader_epoch: 0, metadata: String::new(), commit_timestamp: 1 }.encode())
+        };
+        let k = |p| RecordKey::Offset { group: "g".into(), topic: "t".into(), partition: p };
+        let txn = |offset, key, value, producer_id| Record {
+            transactional: true,
+            producer_id,
+            producer_epoch: 0,
+            ..record(offset, key, value)
+        };
+        apply_loaded_txn(&mut pending, &txn(0, k(0), commit(10), 7));
+        apply_loaded_txn(&mut pending, &txn(1, k(1), commit(20), 8));
+        apply_loaded(&mut groups, &mut offsets, &record(2, k(0), commit(5)));
+        end_loaded_txn(&mut offsets, &mut pending, 7, true);
+        end_loaded_txn(&mut offsets, &mut pending, 8, false);
+        let g = &offsets["g"];
+        assert_eq!(
+            g[&("t".to_string(), 0)].as_ref().map(|c| c.offset),
+            Some(5),
+            "a plain commit written after the transactional one stays"
+        );
+        assert!(!g.contains_key(&("t".to_string(), 1)), "an aborted transaction's offsets go");
+        apply_loaded_txn(&mut pending, &txn(3, k(1), commit(30), 7));
+        end_loaded_txn(&mut offsets, &mut pending, 7, true);
+        assert_eq!(offsets["g"][&("t".to_string(), 1)].as_ref().map(|c| (c.offset, c.record_offset)), Some((30, 3)));
+        assert!(pending.is_empty());
+    }
+
+    #[test]
+    fn a_groups_transactional_offsets_wait_for_the_outcome() {
+        let mut g = Group::new("g", 0);
+        let c = |offset, record_offset| Committed {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp: 0,
+            record_offset,
+        };
+        g.add_pending_txn_offset(7, "t", 0, c(10, 1));
+        g.add_pending_txn_offset(8, "t", 1, c(20, 2));
+        assert!(g.offsets.is_empty() && g.has_pending_txn_offset("t", 0) && !g.is_unused());
+        g.end_txn(7, true);
+        g.end_txn(8, false);
+        assert_eq!(g.offsets.get(&("t".to_string(), 0)).map(|c| c.offset), Some(10));
+        assert!(!g.offsets.contains_key(&("t".to_string(), 1)));
+        assert!(!g.has_pending_txn_offset("t", 0) && !g.has_pending_txn_offset("t", 1));
     }
 }

@@ -17,7 +17,7 @@ pub enum RecordError {
     NotUtf8,
 }
 
-type Result<T> = std::result::Result<T, RecordError>;
+pub(crate) type Result<T> = std::result::Result<T, RecordError>;
 
 /// What a record of `__consumer_offsets` is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -64,14 +64,14 @@ const GROUP_KEY_VERSION: i16 = 2;
 const OFFSET_VALUE_VERSION: i16 = 3;
 const GROUP_VALUE_VERSION: i16 = 3;
 
-fn put_str(buf: &mut BytesMut, s: &str) {
+pub(crate) fn put_str(buf: &mut BytesMut, s: &str) {
     // Names are bounded well below i16::MAX by request decoding; clamp anyway.
     let bytes = &s.as_bytes()[..s.len().min(i16::MAX as usize)];
     buf.put_i16(bytes.len() as i16);
     buf.put_slice(bytes);
 }
 
-fn put_opt_str(buf: &mut BytesMut, s: Option<&str>) {
+pub(crate) fn put_opt_str(buf: &mut BytesMut, s: Option<&str>) {
     match s {
         Some(s) => put_str(buf, s),
         None => buf.put_i16(-1),
@@ -83,7 +83,7 @@ fn put_bytes(buf: &mut BytesMut, b: &[u8]) {
     buf.put_slice(b);
 }
 
-fn need(buf: &Bytes, n: usize) -> Result<()> {
+pub(crate) fn need(buf: &Bytes, n: usize) -> Result<()> {
     if buf.remaining() < n {
         Err(RecordError::Truncated)
     } else {
@@ -91,22 +91,22 @@ fn need(buf: &Bytes, n: usize) -> Result<()> {
     }
 }
 
-fn get_i16(buf: &mut Bytes) -> Result<i16> {
+pub(crate) fn get_i16(buf: &mut Bytes) -> Result<i16> {
     need(buf, 2)?;
     Ok(buf.get_i16())
 }
 
-fn get_i32(buf: &mut Bytes) -> Result<i32> {
+pub(crate) fn get_i32(buf: &mut Bytes) -> Result<i32> {
     need(buf, 4)?;
     Ok(buf.get_i32())
 }
 
-fn get_i64(buf: &mut Bytes) -> Result<i64> {
+pub(crate) fn get_i64(buf: &mut Bytes) -> Result<i64> {
     need(buf, 8)?;
     Ok(buf.get_i64())
 }
 
-fn get_opt_str(buf: &mut Bytes) -> Result<Option<String>> {
+pub(crate) fn get_opt_str(buf: &mut Bytes) -> Result<Option<String>> {
     let len = get_i16(buf)?;
     if len < 0 {
         return Ok(None);
@@ -116,7 +116,7 @@ fn get_opt_str(buf: &mut Bytes) -> Result<Option<String>> {
     String::from_utf8(raw.to_vec()).map(Some).map_err(|_| RecordError::NotUtf8)
 }
 
-fn get_str(buf: &mut Bytes) -> Result<String> {
+pub(crate) fn get_str(buf: &mut Bytes) -> Result<String> {
     Ok(get_opt_str(buf)?.unwrap_or_default())
 }
 

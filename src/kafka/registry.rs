@@ -52,6 +52,12 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::UnregisterBroker, 0, 0),
@@ -278,6 +284,12 @@ fn add_throttle(response: &mut ResponseKind, ms: i32) {
         ListPartitionReassignments,
         DescribeLogDirs,
         DescribeProducers,
+        AddPartitionsToTxn,
+        AddOffsetsToTxn,
+        EndTxn,
+        TxnOffsetCommit,
+        DescribeTransactions,
+        ListTransactions,
         ElectLeaders,
         DescribeClientQuotas,
         AlterClientQuotas,
@@ -467,6 +479,20 @@ async fn handle(
             ResponseKind::InitProducerId(handlers::cluster::init_producer_id(ctx, r, &client).await)
         }
         RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(handlers::txn_markers::handle(ctx, r).await),
+        RequestKind::AddPartitionsToTxn(r) => {
+            ResponseKind::AddPartitionsToTxn(handlers::txn::add_partitions(ctx, r, version, &client).await)
+        }
+        RequestKind::AddOffsetsToTxn(r) => {
+            ResponseKind::AddOffsetsToTxn(handlers::txn::add_offsets(ctx, r, version, &client).await)
+        }
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(handlers::txn::end(ctx, r, version, &client).await),
+        RequestKind::TxnOffsetCommit(r) => {
+            ResponseKind::TxnOffsetCommit(handlers::txn::commit_offsets(ctx, r, version, &client).await)
+        }
+        RequestKind::DescribeTransactions(r) => {
+            ResponseKind::DescribeTransactions(handlers::txn::describe(ctx, r, &client))
+        }
+        RequestKind::ListTransactions(r) => ResponseKind::ListTransactions(handlers::txn::list(ctx, r, &client)),
         other => {
             tracing::warn!(?api, "no handler for a request the registry accepted: {other:?}");
             return None;

@@ -10,7 +10,8 @@
 //! the last stable offset after it (Kafka's `AbortedTxn`, the entry of its
 //! per-segment `.txnindex`).
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::protocol::{Decodable, Encodable};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -38,19 +39,28 @@ pub fn decode_marker(batch: &[u8]) -> Option<EndTxnMarker> {
     }
     let set = RecordBatchDecoder::decode(&mut Bytes::copy_from_slice(batch)).ok()?;
     let record = set.records.first()?;
-    let key = record.key.as_ref()?;
-    if key.len() < 4 {
-        return None;
-    }
-    let kind = i16::from_be_bytes([key[2], key[3]]);
-    let commit = match kind {
-        CONTROL_TYPE_COMMIT => true,
-        CONTROL_TYPE_ABORT => false,
-        _ => return None,
-    };
-    let coordinator_epoch =
-        record.value.as_ref().filter(|v| v.len() >= 6).map_or(-1, |v| i32::from_be_bytes([v[2], v[3], v[4], v[5]]));
+    let commit = marker_commits(record.key.as_ref()?)?;
+    // The value: a version (i16, 0), then the EndTxnMarker message.
+    let coordinator_epoch = record
+        .value
+        .clone()
+        .filter(|v| v.len() >= 2)
+        .and_then(|mut v| {
+            let _version = v.get_i16();
+            kafka_protocol::messages::EndTxnMarker::decode(&mut v, 0).ok()
+        })
+        .map_or(-1, |m| m.coordinator_epoch);
     Some(EndTxnMarker { commit, coordinator_epoch })
+}
+
+/// From a control record's key: whether it is a commit marker (`Some(true)`)
+/// or an abort marker (`Some(false)`); `None` for any other control record.
+pub fn marker_commits(key: &[u8]) -> Option<bool> {
+    match i16::from_be_bytes([*key.get(2)?, *key.get(3)?]) {
+        CONTROL_TYPE_COMMIT => Some(true),
+        CONTROL_TYPE_ABORT => Some(false),
+        _ => None,
+    }
 }
 
 /// A marker of `producer_id` at `producer_epoch` as one control batch
@@ -61,9 +71,12 @@ pub fn encode_marker(producer_id: i64, producer_epoch: i16, marker: EndTxnMarker
     let mut key = Vec::with_capacity(4);
     key.extend_from_slice(&0i16.to_be_bytes());
     key.extend_from_slice(&kind.to_be_bytes());
-    let mut value = Vec::with_capacity(6);
-    value.extend_from_slice(&0i16.to_be_bytes());
-    value.extend_from_slice(&marker.coordinator_epoch.to_be_bytes());
+    let mut value = BytesMut::with_capacity(6);
+    value.put_i16(0);
+    kafka_protocol::messages::EndTxnMarker::default()
+        .with_coordinator_epoch(marker.coordinator_epoch)
+        .encode(&mut value, 0)
+        .ok()?;
     let record = Record {
         transactional: true,
         control: true,
@@ -76,7 +89,7 @@ pub fn encode_marker(producer_id: i64, producer_epoch: i16, marker: EndTxnMarker
         sequence: -1,
         timestamp,
         key: Some(Bytes::from(key)),
-        value: Some(Bytes::from(value)),
+        value: Some(value.freeze()),
         headers: Default::default(),
     };
     let mut encoded = BytesMut::new();

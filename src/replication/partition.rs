@@ -297,10 +297,12 @@ fn record_aborted(log: &mut PartitionLog, ended: &[CompletedTxn]) {
     }
 }
 
-/// Refuses what only a partition leader may write, or what is no
-/// transaction's: control batches, and transactional batches without a
-/// producer id and sequence (Kafka's INVALID_RECORD).
-fn refuse_client_control_batches(records: &[u8]) -> Result<(), PartitionError> {
+/// Refuses, in a client's Produce, what only a partition leader may write
+/// or what is no transaction's: control batches, and transactional batches
+/// without a producer id and sequence (Kafka's INVALID_RECORD). The
+/// coordinators' own writes are not checked: the group coordinator writes
+/// a transaction's offsets without a sequence, as Kafka's does.
+pub fn refuse_client_control_batches(records: &[u8]) -> Result<(), PartitionError> {
     let invalid = |message: &str| {
         PartitionError::Log(LogError::InvalidRecords(RecordValidationError {
             violation: Violation::InvalidRecord,
@@ -894,7 +896,6 @@ impl Partition {
     /// Appends a produce request's record set as leader. Batches are checked
     /// (CRC, size, producer sequence) before anything is written.
     pub fn append_as_leader(&self, records: &[u8], acks_all: bool) -> Result<AppendResult, PartitionError> {
-        refuse_client_control_batches(records)?;
         let _writer = self.writer();
         let mut st = self.state();
         if !st.is_leader {
@@ -1564,7 +1565,7 @@ mod tests {
         assert_eq!(aborted(&read(12, true)), vec![], "nothing aborted at or after 12");
         assert!(
             matches!(
-                p.append_as_leader(&crate::log::txn::encode_marker(7, 0, COMMIT, 1).expect("encodes"), true),
+                refuse_client_control_batches(&crate::log::txn::encode_marker(7, 0, COMMIT, 1).expect("encodes")),
                 Err(PartitionError::Log(LogError::InvalidRecords(_)))
             ),
             "clients may not write markers"

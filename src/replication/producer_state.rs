@@ -276,7 +276,7 @@ impl ProducerStateMap {
                         "a control batch that is no end-transaction marker; ignored"
                     ),
                 }
-            } else if h.base_sequence() >= 0 || h.is_transactional() {
+            } else if h.base_sequence() >= 0 {
                 let meta = BatchMeta {
                     first_seq: h.base_sequence(),
                     last_seq: h.base_sequence().wrapping_add(h.last_offset_delta()),

@@ -131,3 +131,56 @@ def test_bad_transactional_input_is_refused_without_effect(cluster):
     assert wire.list_offset_latest(addr, topic, 0, isolation_level=1) == (NONE, 2), "the abort ended it"
     err, _, lso, aborted, _ = wire.fetch_isolated(addr, topic, 0, 0, isolation_level=1)
     assert (err, lso, aborted) == (NONE, 2, [(pid, 0)])
+
+
+INVALID_PRODUCER_ID_MAPPING, ILLEGAL_GENERATION, CONCURRENT_TRANSACTIONS = 49, 22, 51
+INVALID_TRANSACTION_TIMEOUT, INVALID_TXN_STATE = 50, 48
+
+
+def test_the_coordinator_refuses_bad_requests_without_effect(cluster):
+    """Kafka's answers to bad transactional requests, checked by hand: no state changes."""
+    topic = "txn-coordinator-bad-input"
+    cluster.create_topic(topic)
+    cluster.wait_topic(topic, 1)
+    addr = cluster.node(1).kafka_addr
+    txn_id = "tx-bad-requests"
+    wait_for("the transaction coordinator", 30,
+             lambda: wire.find_coordinator(addr, txn_id, key_type=1)[0] == NONE)
+
+    # (Retriable answers while the coordinator loads the id's partition.)
+    unknown = wait_for("an answer about an unknown id", 30, lambda: (lambda e: e if e not in (14, 15, 16) else None)(
+        wire.end_txn(addr, "tx-never-initialized", 1, 0, True)))
+    assert unknown == INVALID_PRODUCER_ID_MAPPING
+    assert wire.init_txn_producer(addr, txn_id, timeout_ms=0)[0] == INVALID_TRANSACTION_TIMEOUT
+    assert wire.init_txn_producer(addr, txn_id, timeout_ms=10**9)[0] == INVALID_TRANSACTION_TIMEOUT
+    err, pid, epoch = wait_for("InitProducerId", 30, lambda: (lambda r: r if r[0] == NONE else None)(
+        wire.init_txn_producer(addr, txn_id)))
+    assert epoch == 0
+
+    assert wire.add_partitions_to_txn(addr, txn_id, pid, epoch, {"no-such-topic": [0]}) == {
+        ("no-such-topic", 0): UNKNOWN_TOPIC_OR_PARTITION}
+    assert wire.add_partitions_to_txn(addr, txn_id, pid, epoch, {topic: [5]}) == {(topic, 5): UNKNOWN_TOPIC_OR_PARTITION}
+    assert wire.add_partitions_to_txn(addr, txn_id, pid + 1, epoch, {topic: [0]}) == {
+        (topic, 0): INVALID_PRODUCER_ID_MAPPING}
+    assert wire.add_partitions_to_txn(addr, txn_id, pid, epoch + 1, {topic: [0]}) == {
+        (topic, 0): INVALID_PRODUCER_EPOCH}, "v1 is told INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED"
+    assert wire.end_txn(addr, txn_id, pid, epoch, True) == INVALID_TXN_STATE, "no transaction is open"
+
+    # A group with a member at generation 1 refuses a transactional commit for generation 0.
+    group = "txn-bad-group"
+    wait_for("the group coordinator", 30, lambda: wire.find_coordinator(addr, group)[0] == NONE)
+    joined = wait_for("a member in the group", 30, lambda: (lambda j: j if j["error"] not in (14, 15, 16) else None)(
+        wire.join(addr, group, [topic])))
+    assert joined["error"] == NONE, wire.error_name(joined["error"])
+    member, generation = joined["member_id"], joined["generation"]
+    stale = wire.txn_offset_commit(addr, txn_id, group, pid, epoch, generation - 1, member, {(topic, 0): 3})
+    assert stale == {(topic, 0): ILLEGAL_GENERATION}
+    assert wire.txn_offset_commit(addr, txn_id, group, pid, epoch, generation, member, {("no-such-topic", 0): 3}) == {
+        ("no-such-topic", 0): UNKNOWN_TOPIC_OR_PARTITION}
+    _, fetched = wire.offset_fetch(addr, group, [(topic, 0)])
+    assert fetched[(topic, 0)][0] == -1, "nothing refused was committed"
+
+    # The refusals left the id as it was: a transaction still begins and ends.
+    assert wire.add_partitions_to_txn(addr, txn_id, pid, epoch, {topic: [0]}) == {(topic, 0): NONE}
+    assert wire.end_txn(addr, txn_id, pid, epoch, False) == NONE
+    wait_for("the abort to complete", 30, lambda: wire.end_txn(addr, txn_id, pid, epoch, False) == NONE)

@@ -676,3 +676,63 @@ def offsets_partition_for(group, num_partitions):
     """The __consumer_offsets partition of a group: Kafka's Utils.abs(hashCode) % n."""
     h = java_string_hash(group)
     return (0 if h == -(1 << 31) else abs(h)) % num_partitions
+
+
+# ---- transaction coordinator ------------------------------------------------------------
+
+API_ADD_PARTITIONS_TO_TXN, API_END_TXN, API_TXN_OFFSET_COMMIT = 24, 26, 28
+
+
+def init_txn_producer(addr, transactional_id, timeout_ms=60000, timeout=20):
+    """InitProducerId v1 for a transactional producer: (error_code, producer_id, epoch)."""
+    r = roundtrip(addr, API_INIT_PRODUCER_ID, 1, string(transactional_id) + i32(timeout_ms), timeout=timeout)
+    r.i32()  # throttle_time_ms
+    return r.i16(), r.i64(), r.i16()
+
+
+def add_partitions_to_txn(addr, transactional_id, producer_id, epoch, topics, version=1, timeout=20):
+    """AddPartitionsToTxn v0/v1; topics = {topic: [partition]}. Returns {(topic, partition): error_code}."""
+    body = (string(transactional_id) + i64(producer_id) + i16(epoch)
+            + array([string(t) + array([i32(p) for p in ps]) for t, ps in topics.items()]))
+    r = roundtrip(addr, API_ADD_PARTITIONS_TO_TXN, version, body, timeout=timeout)
+    r.i32()  # throttle_time_ms
+    out = {}
+    for _ in range(r.i32()):
+        topic = r.string()
+        for _ in range(r.i32()):
+            partition = r.i32()
+            out[(topic, partition)] = r.i16()
+    return out
+
+
+def end_txn(addr, transactional_id, producer_id, epoch, commit, version=1, timeout=20):
+    """EndTxn v0/v1: the error code."""
+    body = string(transactional_id) + i64(producer_id) + i16(epoch) + i8(1 if commit else 0)
+    r = roundtrip(addr, API_END_TXN, version, body, timeout=timeout)
+    r.i32()  # throttle_time_ms
+    return r.i16()
+
+
+def txn_offset_commit(addr, transactional_id, group, producer_id, epoch, generation, member_id, offsets, timeout=20):
+    """TxnOffsetCommit v3 (flexible); offsets = {(topic, partition): offset}. Returns
+    {(topic, partition): error_code}."""
+    by_topic = {}
+    for (t, p), o in offsets.items():
+        by_topic.setdefault(t, []).append((p, o))
+    body = (cstring(transactional_id) + cstring(group) + i64(producer_id) + i16(epoch) + i32(generation)
+            + cstring(member_id) + cstring(None)
+            + carray([cstring(t) + carray([i32(p) + i64(o) + i32(-1) + cstring("") + NO_TAGS for p, o in ps])
+                      + NO_TAGS for t, ps in by_topic.items()])
+            + NO_TAGS)
+    r = roundtrip(addr, API_TXN_OFFSET_COMMIT, 3, body, timeout=timeout, flexible=True)
+    r.i32()  # throttle_time_ms
+    out = {}
+    for _ in range(r.carray_len()):
+        topic = r.cstring()
+        for _ in range(r.carray_len()):
+            partition, err = r.i32(), r.i16()
+            r.skip_tags()
+            out[(topic, partition)] = err
+        r.skip_tags()
+    r.skip_tags()
+    return out

@@ -210,6 +210,10 @@ pub struct Group {
     pending_sync: BTreeSet<String>,
     sync_deadline: Option<Instant>,
     pub offsets: BTreeMap<(String, i32), Committed>,
+    /// Offsets committed in transactions not ended yet (TxnOffsetCommit),
+    /// by producer id: they become committed offsets when the producer's
+    /// commit marker reaches this group's partition, and go on an abort.
+    pub pending_txn_offsets: HashMap<i64, BTreeMap<(String, i32), Committed>>,
     /// When the group entered its current state (ms since the epoch).
     pub state_since_ms: i64,
     /// The join phase ends by this time whatever happens.
@@ -242,6 +246,7 @@ impl Group {
             pending_sync: BTreeSet::new(),
             sync_deadline: None,
             offsets: BTreeMap::new(),
+            pending_txn_offsets: HashMap::new(),
             state_since_ms: now_ms,
             rebalance_deadline: None,
             initial_delay_until: None,
@@ -320,6 +325,7 @@ impl Group {
         self.state == GroupState::Empty
             && self.generation == 0
             && self.offsets.is_empty()
+            && self.pending_txn_offsets.is_empty()
             && self.members.is_empty()
             && self.pending_members.is_empty()
     }

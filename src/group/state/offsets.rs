@@ -43,6 +43,30 @@ impl Group {
         }
     }
 
+    /// Records a transactional commit stored for `producer_id`, to be
+    /// applied when its transaction commits.
+    pub fn add_pending_txn_offset(&mut self, producer_id: i64, topic: &str, partition: i32, committed: Committed) {
+        self.pending_txn_offsets.entry(producer_id).or_default().insert((topic.to_string(), partition), committed);
+    }
+
+    /// The transaction of `producer_id` ended: its offsets become committed
+    /// (`commit`) or go.
+    pub fn end_txn(&mut self, producer_id: i64, commit: bool) {
+        let Some(pending) = self.pending_txn_offsets.remove(&producer_id) else { return };
+        if commit {
+            for ((topic, partition), c) in pending {
+                self.apply_offset(&topic, partition, c);
+            }
+        }
+    }
+
+    /// Whether a transaction not ended yet holds an offset for the partition
+    /// (OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT).
+    pub fn has_pending_txn_offset(&self, topic: &str, partition: i32) -> bool {
+        let key = (topic.to_string(), partition);
+        self.pending_txn_offsets.values().any(|p| p.contains_key(&key))
+    }
+
     /// Records a stored tombstone at `record_offset`: the commit goes unless a
     /// newer record (a commit appended after the tombstone) replaced it.
     pub fn remove_offset(&mut self, topic: &str, partition: i32, record_offset: i64) {

@@ -53,9 +53,11 @@ pub async fn init_producer_id(
     client: &Client,
 ) -> InitProducerIdResponse {
     let base = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
-    if request.transactional_id.as_ref().is_some_and(|t| !t.0.is_empty()) {
-        // Transactions are not implemented; idempotence is.
-        return base.with_error_code(ResponseError::TransactionalIdAuthorizationFailed.code());
+    if let Some(id) = request.transactional_id.as_ref().filter(|t| !t.0.is_empty()) {
+        return match super::txn::init_producer_id(ctx, &request, id.0.as_str(), client).await {
+            Ok((producer_id, epoch)) => base.with_producer_id(ProducerId(producer_id)).with_producer_epoch(epoch),
+            Err(e) => base.with_error_code(e.code()),
+        };
     }
     // Kafka's rule: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic.
     let image = ctx.quorum.image();

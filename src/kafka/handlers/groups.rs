@@ -30,6 +30,7 @@ use crate::kafka::authorized_operations::{authorized_operations, Resource};
 use crate::kafka::registry::Client;
 use crate::node::NodeContext;
 use crate::security::acl::{Operation, ResourceType};
+use crate::txn::TRANSACTION_TOPIC;
 
 fn code(e: Option<ResponseError>) -> i16 {
     e.map_or(0, |e| e.code())
@@ -39,14 +40,40 @@ fn opt_str(s: &Option<StrBytes>) -> Option<&str> {
     s.as_ref().map(|s| s.as_str()).filter(|s| !s.is_empty())
 }
 
-/// Creates `__consumer_offsets` if it does not exist yet; at most one
-/// attempt every few seconds per broker, however many clients ask.
-async fn ensure_offsets_topic(ctx: &NodeContext) {
-    static LAST_ATTEMPT_MS: AtomicU64 = AtomicU64::new(0);
+/// The settings an internal topic is created with: `__consumer_offsets`
+/// (`offsets.topic.*`) or `__transaction_state` (`transaction.state.log.*`).
+struct InternalTopic {
+    name: &'static str,
+    partitions: &'static str,
+    replication_factor: &'static str,
+    segment_bytes: &'static str,
+    /// The setting of its `min.insync.replicas`, if it has one.
+    min_isr: Option<&'static str>,
+}
+
+const OFFSETS: InternalTopic = InternalTopic {
+    name: OFFSETS_TOPIC,
+    partitions: "offsets.topic.num.partitions",
+    replication_factor: "offsets.topic.replication.factor",
+    segment_bytes: "offsets.topic.segment.bytes",
+    min_isr: None,
+};
+
+const TRANSACTIONS: InternalTopic = InternalTopic {
+    name: TRANSACTION_TOPIC,
+    partitions: "transaction.state.log.num.partitions",
+    replication_factor: "transaction.state.log.replication.factor",
+    segment_bytes: "transaction.state.log.segment.bytes",
+    min_isr: Some("transaction.state.log.min.isr"),
+};
+
+/// Creates an internal topic if it does not exist yet; at most one attempt
+/// every few seconds per broker and topic, however many clients ask.
+async fn ensure_internal_topic(ctx: &NodeContext, topic: &InternalTopic, last_attempt_ms: &AtomicU64) {
     let now = crate::clock::wall_ms().max(0) as u64;
-    let last = LAST_ATTEMPT_MS.load(Ordering::Relaxed);
+    let last = last_attempt_ms.load(Ordering::Relaxed);
     if now.saturating_sub(last) < 2000
-        || LAST_ATTEMPT_MS.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        || last_attempt_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
     {
         return;
     }
@@ -55,23 +82,26 @@ async fn ensure_offsets_topic(ctx: &NodeContext) {
     // replicated topic for good (the creation is retried until it fits).
     let image = ctx.quorum.image();
     let brokers = image.brokers.len().max(1) as i64;
-    let replication_factor = ctx.settings.int("offsets.topic.replication.factor").unwrap_or_else(|| brokers.min(3));
-    let segment_bytes = ctx.settings.u64("offsets.topic.segment.bytes").to_string();
-    let configs: BTreeMap<String, String> =
+    let replication_factor = ctx.settings.int(topic.replication_factor).unwrap_or_else(|| brokers.min(3));
+    let segment_bytes = ctx.settings.u64(topic.segment_bytes).to_string();
+    let mut configs: BTreeMap<String, String> =
         [("cleanup.policy", "compact"), ("retention.ms", "-1"), ("segment.bytes", segment_bytes.as_str())]
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
+    if let Some(min_isr) = topic.min_isr.and_then(|k| ctx.settings.int(k)) {
+        configs.insert("min.insync.replicas".to_string(), min_isr.min(replication_factor).to_string());
+    }
     let request = ControllerRequest::CreateTopic {
-        name: OFFSETS_TOPIC.to_string(),
-        partitions: ctx.settings.int("offsets.topic.num.partitions").unwrap_or(50),
+        name: topic.name.to_string(),
+        partitions: ctx.settings.int(topic.partitions).unwrap_or(50),
         replication_factor,
         configs,
     };
     match crate::admin::controller_write(ctx, request).await {
-        Ok(()) => tracing::info!(replication_factor, "created {OFFSETS_TOPIC}"),
+        Ok(()) => tracing::info!(replication_factor, "created {}", topic.name),
         Err(e) if e.code == ErrorCode::TopicAlreadyExists => {}
-        Err(e) => tracing::warn!(error = %e, "creating {OFFSETS_TOPIC} failed; clients will retry"),
+        Err(e) => tracing::warn!(error = %e, "creating {} failed; clients will retry", topic.name),
     }
 }
 
@@ -83,20 +113,25 @@ async fn coordinator_of(
     key_type: i8,
     listener: &str,
 ) -> Result<(i32, StrBytes, i32), ResponseError> {
-    if key_type != 0 {
-        // Transactions have no coordinator in Strom.
-        return Err(ResponseError::CoordinatorNotAvailable);
-    }
-    if key.is_empty() {
-        return Err(ResponseError::InvalidGroupId);
-    }
+    static OFFSETS_ATTEMPT_MS: AtomicU64 = AtomicU64::new(0);
+    static TRANSACTIONS_ATTEMPT_MS: AtomicU64 = AtomicU64::new(0);
+    let (internal, last_attempt) = match key_type {
+        0 if key.is_empty() => return Err(ResponseError::InvalidGroupId),
+        0 => (&OFFSETS, &OFFSETS_ATTEMPT_MS),
+        1 if key.is_empty() => return Err(ResponseError::InvalidRequest),
+        1 => (&TRANSACTIONS, &TRANSACTIONS_ATTEMPT_MS),
+        _ => return Err(ResponseError::InvalidRequest),
+    };
     let mut image = ctx.quorum.image();
-    if !image.topics.contains_key(OFFSETS_TOPIC) {
-        ensure_offsets_topic(ctx).await;
+    if !image.topics.contains_key(internal.name) {
+        ensure_internal_topic(ctx, internal, last_attempt).await;
         image = ctx.quorum.image();
     }
-    let topic = image.topics.get(OFFSETS_TOPIC).ok_or(ResponseError::CoordinatorNotAvailable)?;
-    let partition = ctx.groups.partition_of(&image, key);
+    let topic = image.topics.get(internal.name).ok_or(ResponseError::CoordinatorNotAvailable)?;
+    let partition = match key_type {
+        0 => ctx.groups.partition_of(&image, key),
+        _ => ctx.txns.partition_of(&image, key),
+    };
     let leader =
         topic.partitions.get(&partition).and_then(|p| p.leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
     let broker = image.brokers.get(&leader).ok_or(ResponseError::CoordinatorNotAvailable)?;
@@ -104,8 +139,14 @@ async fn coordinator_of(
     Ok((leader, host, port))
 }
 
-/// FindCoordinator needs DESCRIBE on the group (key type 0).
+/// FindCoordinator needs DESCRIBE on the group (key type 0) or the
+/// transactional id (key type 1).
 fn described(ctx: &NodeContext, client: &Client, key_type: i8, key: &str) -> Result<(), ResponseError> {
+    if key_type == 1 {
+        let allowed =
+            ctx.authorize(client, &ctx.quorum.image(), Operation::Describe, ResourceType::TransactionalId, key);
+        return if allowed { Ok(()) } else { Err(ResponseError::TransactionalIdAuthorizationFailed) };
+    }
     match key_type == 0 && !group_allowed(ctx, client, Operation::Describe, key) {
         true => Err(ResponseError::GroupAuthorizationFailed),
         false => Ok(()),
@@ -161,7 +202,7 @@ pub async fn find(
 /// never saw. It answers NOT_COORDINATOR rather than from what it holds, so
 /// members look the coordinator up again (as produce answers
 /// NOT_LEADER_OR_FOLLOWER there).
-fn coordinating(ctx: &NodeContext) -> Result<(), ResponseError> {
+pub(super) fn coordinating(ctx: &NodeContext) -> Result<(), ResponseError> {
     if ctx.lifecycle.out_of_touch() {
         return Err(ResponseError::NotCoordinator);
     }
@@ -403,11 +444,14 @@ type FetchedPartition = (i32, i64, i32, String, i16);
 /// One group's committed offsets by topic.
 type FetchedTopics = Vec<(StrBytes, Vec<FetchedPartition>)>;
 
+/// `require_stable` (v7+): a partition whose offset a transaction not
+/// ended yet has committed answers UNSTABLE_OFFSET_COMMIT (retriable).
 fn fetch_group(
     ctx: &NodeContext,
     client: &Client,
     group: &str,
     topics: Option<Vec<(StrBytes, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<FetchedTopics, ResponseError> {
     coordinating(ctx)?;
     if !group_allowed(ctx, client, Operation::Describe, group) {
@@ -422,11 +466,12 @@ fn fetch_group(
     });
     let found = ctx.groups.fetch_offsets(partition_of(ctx, group), group, wanted.as_deref())?;
     let mut by_topic: BTreeMap<String, Vec<FetchedPartition>> = BTreeMap::new();
-    for ((t, p), c) in found {
+    for ((t, p), c, unstable) in found {
         if topics.is_none() && !describable(&t) {
             continue;
         }
         let row = match c {
+            _ if unstable && require_stable => (p, -1, -1, String::new(), ResponseError::UnstableOffsetCommit.code()),
             Some(c) => (p, c.offset, c.leader_epoch, c.metadata, 0),
             None => (p, -1, -1, String::new(), 0),
         };
@@ -458,7 +503,7 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16, cli
         for g in r.groups {
             let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0, t.partition_indexes)).collect());
             let mut out = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            match fetch_group(ctx, client, g.group_id.as_str(), topics) {
+            match fetch_group(ctx, client, g.group_id.as_str(), topics, r.require_stable) {
                 Ok(rows) => {
                     out.topics = rows
                         .into_iter()
@@ -487,7 +532,7 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16, cli
     }
     let topics = r.topics.map(|ts| ts.into_iter().map(|t| (t.name.0, t.partition_indexes)).collect::<Vec<_>>());
     let requested = topics.clone();
-    match fetch_group(ctx, client, r.group_id.as_str(), topics) {
+    match fetch_group(ctx, client, r.group_id.as_str(), topics, version >= 7 && r.require_stable) {
         Ok(rows) => {
             response.topics = rows
                 .into_iter()

@@ -19,6 +19,7 @@ pub mod quotas;
 pub mod reassignments;
 pub mod topic_partitions;
 pub mod topics;
+pub mod txn;
 pub mod txn_markers;
 pub mod users;
 

@@ -137,7 +137,9 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16, client: 
                 partitions.push(error_response(index, ResponseError::CorruptMessage.code()));
                 continue;
             };
-            match partition.append_as_leader(&records, acks_all) {
+            let appended = crate::replication::partition::refuse_client_control_batches(&records)
+                .and_then(|()| partition.append_as_leader(&records, acks_all));
+            match appended {
                 Ok(r) => {
                     if let Some(end) = r.durable_end {
                         durable.push((t, p, partition.clone(), end, r.leader_epoch));

@@ -79,7 +79,13 @@ pub async fn handle(ctx: &NodeContext, request: WriteTxnMarkersRequest) -> Write
     for (m, t, p, partition, offset, leader_epoch) in waits {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let code = match partition.wait_for_commit(offset, leader_epoch, left).await {
-            CommitWait::Committed => continue,
+            CommitWait::Committed => {
+                let marker = &request.markers[m];
+                if partition.topic == crate::group::OFFSETS_TOPIC {
+                    ctx.groups.end_txn(partition.index, marker.producer_id.0, marker.transaction_result);
+                }
+                continue;
+            }
             CommitWait::TimedOut => ResponseError::RequestTimedOut,
             CommitWait::NotLeader => ResponseError::NotLeaderOrFollower,
         };
