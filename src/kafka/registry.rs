@@ -52,7 +52,7 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::WriteTxnMarkers, 1, 1),
-    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddPartitionsToTxn, 0, 4),
     (ApiKey::AddOffsetsToTxn, 0, 3),
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::TxnOffsetCommit, 0, 3),
@@ -316,13 +316,17 @@ async fn dispatch_as(ctx: Arc<NodeContext>, request: Request, client: Client) ->
                 .flat_map(|t| t.partition_data.iter())
                 .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
                 .sum();
+            // A transaction's first batches in a partition are checked with
+            // its coordinator first (KIP-890), still in the request order.
+            let refused = handlers::txn::verify_produce(&ctx, &r).await;
             // A large append runs on a blocking thread, a small one here
             // (see APPEND_OFF_THREAD_BYTES).
             let in_flight = if bytes < crate::replication::APPEND_OFF_THREAD_BYTES {
-                handlers::produce::append(&ctx, r, version, &client)
+                handlers::produce::append(&ctx, r, version, &client, &refused)
             } else {
                 let (ctx, client) = (ctx.clone(), client.clone());
-                match tokio::task::spawn_blocking(move || handlers::produce::append(&ctx, r, version, &client)).await {
+                let append = move || handlers::produce::append(&ctx, r, version, &client, &refused);
+                match tokio::task::spawn_blocking(append).await {
                     Ok(in_flight) => in_flight,
                     // A panic in an append is a bug: it ends this connection, as it would in the reader.
                     Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

@@ -847,6 +847,12 @@ impl Partition {
         self.state().leader_epoch
     }
 
+    /// Whether `producer_id` has a transaction open in this partition at
+    /// `epoch` (its later batches in the transaction need no verification).
+    pub fn has_open_txn(&self, producer_id: i64, epoch: i16) -> bool {
+        self.state().producers.has_open_txn(producer_id, epoch)
+    }
+
     /// On the leader: the producers whose batches it remembers
     /// (DescribeProducers).
     pub fn active_producers(&self) -> Result<Vec<ActiveProducer>, PartitionError> {

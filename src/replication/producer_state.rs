@@ -326,6 +326,11 @@ impl ProducerStateMap {
         self.producers.is_empty()
     }
 
+    /// Whether `producer_id` has a transaction open here at `epoch`.
+    pub fn has_open_txn(&self, producer_id: i64, epoch: i16) -> bool {
+        self.producers.get(&producer_id).is_some_and(|e| e.epoch == epoch && e.txn_first_offset.is_some())
+    }
+
     /// Every producer with a batch remembered, by producer id: its epoch and
     /// its last batch's last sequence and max timestamp.
     pub fn active(&self) -> Vec<ActiveProducer> {

@@ -179,6 +179,89 @@ impl TransactionCoordinator {
         Ok(out)
     }
 
+    /// KIP-890 verification of `partitions` for a producer's first
+    /// transactional batches there (see [`state::verify`]): one answer each.
+    pub fn verify(
+        &self,
+        partition: i32,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<Option<ResponseError>>, ResponseError> {
+        let meta = self.describe(partition, id)?;
+        Ok(partitions.iter().map(|tp| state::verify(meta.as_ref(), producer_id, producer_epoch, tp).err()).collect())
+    }
+
+    /// [`Self::verify`] asked of the coordinator at `addr` (another broker),
+    /// with AddPartitionsToTxn v4 `verify_only`, as Kafka's leaders ask.
+    pub async fn verify_remote(
+        &self,
+        addr: &str,
+        id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &[TopicPartition],
+    ) -> Vec<Option<ResponseError>> {
+        use kafka_protocol::messages::add_partitions_to_txn_request::{
+            AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+        };
+        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (t, p) in partitions {
+            topics.entry(t.as_str()).or_default().push(*p);
+        }
+        let str_bytes = |s: &str| kafka_protocol::protocol::StrBytes::from_string(s.to_string());
+        let request = kafka_protocol::messages::AddPartitionsToTxnRequest::default().with_transactions(vec![
+            AddPartitionsToTxnTransaction::default()
+                .with_transactional_id(kafka_protocol::messages::TransactionalId(str_bytes(id)))
+                .with_producer_id(ProducerId(producer_id))
+                .with_producer_epoch(producer_epoch)
+                .with_verify_only(true)
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(t, ps)| {
+                            AddPartitionsToTxnTopic::default().with_name(TopicName(str_bytes(t))).with_partitions(ps)
+                        })
+                        .collect(),
+                ),
+        ]);
+        let tls = self.tls.as_ref().map(strom_raft::tls::NodeTls::client);
+        let client_id = format!("strom-txn-verify-{}", self.broker_id);
+        let answer = async {
+            let mut conn = KafkaConnection::connect(addr, &client_id, tls.as_ref()).await?;
+            conn.send(&request, 4, WRITE_TIMEOUT).await
+        };
+        let response = match answer.await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(addr, error = %e, "transaction verification failed");
+                return partitions.iter().map(|_| Some(ResponseError::NetworkException)).collect();
+            }
+        };
+        if let Some(e) = ResponseError::try_from_code(response.error_code) {
+            return partitions.iter().map(|_| Some(e)).collect();
+        }
+        let codes: HashMap<(String, i32), i16> = response
+            .results_by_transaction
+            .iter()
+            .flat_map(|r| r.topic_results.iter())
+            .flat_map(|t| {
+                t.results_by_partition
+                    .iter()
+                    .map(move |p| ((t.name.0.to_string(), p.partition_index), p.partition_error_code))
+            })
+            .collect();
+        partitions
+            .iter()
+            .map(|tp| match codes.get(tp) {
+                Some(0) => None,
+                Some(&code) => ResponseError::try_from_code(code).or(Some(ResponseError::UnknownServerError)),
+                None => Some(ResponseError::UnknownServerError),
+            })
+            .collect()
+    }
+
     /// Whether InitProducerId for `id` needs a fresh producer id.
     pub fn needs_producer_id(&self, partition: i32, id: &str) -> Result<bool, ResponseError> {
         Ok(state::needs_producer_id(self.describe(partition, id)?.as_ref()))

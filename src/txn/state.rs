@@ -175,6 +175,23 @@ pub fn add_partitions(
     Ok(Some(next))
 }
 
+/// KIP-890 verification, asked by a partition leader before it appends a
+/// producer's first transactional batch to `partition`: the producer is the
+/// id's current one and its open transaction includes the partition.
+pub fn verify(
+    m: Option<&TxnMeta>,
+    producer_id: i64,
+    producer_epoch: i16,
+    partition: &TopicPartition,
+) -> Result<(), ResponseError> {
+    let m = m.ok_or(ResponseError::InvalidProducerIdMapping)?;
+    check_producer(m, producer_id, producer_epoch)?;
+    match m.state == TxnState::Ongoing && m.partitions.contains(partition) {
+        true => Ok(()),
+        false => Err(ResponseError::InvalidTxnState),
+    }
+}
+
 /// EndTxn: the Prepare state to store (markers follow), or `None` when the
 /// same end was completed already (a retry).
 pub fn end(

@@ -12,13 +12,27 @@ import wire
 from clients import consume_confluent, consume_kafka_python
 from harness import wait_for
 
-NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH = 0, 3, 47
-TRANSACTION_COORDINATOR_FENCED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, INVALID_RECORD = 52, 53, 87
+NONE, UNKNOWN_TOPIC_OR_PARTITION, INVALID_PRODUCER_EPOCH, INVALID_TXN_STATE = 0, 3, 47, 48
+INVALID_PRODUCER_ID_MAPPING, TRANSACTION_COORDINATOR_FENCED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 49, 52, 53
+INVALID_RECORD = 87
 
 
 def producer(addr):
     err, pid, epoch = wire.init_producer_id(addr)
     assert err == NONE, wire.error_name(err)
+    return pid, epoch
+
+
+def txn_producer(addr, txn_id, topic):
+    """A transactional producer as the coordinator knows it (InitProducerId), with `topic`'s
+    partition 0 added to its transaction, so that its batches pass the leader's check with
+    the coordinator (KIP-890): (producer id, epoch)."""
+    found = wait_for("the transaction coordinator", 30, lambda: (lambda r: r if r[0] == NONE else None)(
+        wire.find_coordinator(addr, txn_id, key_type=1)))
+    coordinator = (found[2], found[3])
+    _, pid, epoch = wait_for("InitProducerId", 30, lambda: (lambda r: r if r[0] == NONE else None)(
+        wire.init_txn_producer(coordinator, txn_id)))
+    assert wire.add_partitions_to_txn(coordinator, txn_id, pid, epoch, {topic: [0]}) == {(topic, 0): NONE}
     return pid, epoch
 
 
@@ -43,7 +57,7 @@ def test_read_committed_skips_aborted_and_waits_for_open_transactions(cluster3):
     cluster3.create_topic(topic, rf=3)
     cluster3.wait_topic(topic, 1)
     leader, addr = leader_addr(cluster3, topic)
-    committer, aborter = producer(addr), producer(addr)
+    committer, aborter = txn_producer(addr, "tx-c", topic), txn_producer(addr, "tx-a", topic)
 
     assert produce(addr, topic, [(b"k", b"before")]) == (NONE, 0)
     assert produce(addr, topic, [(None, b"c1"), (None, b"c2")], *committer, 0, True, "tx-c") == (NONE, 1)
@@ -115,8 +129,19 @@ def test_bad_transactional_input_is_refused_without_effect(cluster):
     control[21:23] = (0x30).to_bytes(2, "big")
     control[17:21] = crc32c.crc32c(bytes(control[21:])).to_bytes(4, "big")
     assert wire.produce(addr, topic, 0, bytes(control), transactional_id="tx") == (INVALID_RECORD, -1)
+    # A producer that never called InitProducerId for the id is not in any transaction.
+    wait_for("the transaction coordinator", 30, lambda: wire.find_coordinator(addr, "tx", key_type=1)[0] == NONE)
+    unknown = wait_for("a verified answer", 30, lambda: (lambda r: r if r[0] != 19 else None)(
+        produce(addr, topic, [(None, b"x")], pid, epoch, 0, True, "tx-never-initialized")))
+    assert unknown == (INVALID_PRODUCER_ID_MAPPING, -1), "NOT_ENOUGH_REPLICAS (19) only while the coordinator loads"
     assert cluster.topic(topic)["partitions"][0]["log_end_offset"] == 0, "nothing refused was stored"
 
+    pid, epoch = txn_producer(addr, "tx", topic)
+    # A partition the transaction does not hold is refused too.
+    other = "txn-bad-input-other"
+    cluster.create_topic(other)
+    cluster.wait_topic(other, 1)
+    assert produce(addr, other, [(None, b"x")], pid, epoch, 0, True, "tx") == (INVALID_TXN_STATE, -1)
     assert produce(addr, topic, [(None, b"t")], pid, epoch, 0, True, "tx") == (NONE, 0)
     # A newer coordinator (epoch 5) aborts at a bumped producer epoch...
     assert wire.write_txn_markers(addr, [(pid, epoch + 1, False, 5, {topic: [0]})]) == {(pid, topic, 0): NONE}
@@ -133,8 +158,8 @@ def test_bad_transactional_input_is_refused_without_effect(cluster):
     assert (err, lso, aborted) == (NONE, 2, [(pid, 0)])
 
 
-INVALID_PRODUCER_ID_MAPPING, ILLEGAL_GENERATION, CONCURRENT_TRANSACTIONS = 49, 22, 51
-INVALID_TRANSACTION_TIMEOUT, INVALID_TXN_STATE = 50, 48
+ILLEGAL_GENERATION = 22
+INVALID_TRANSACTION_TIMEOUT = 50
 
 
 def test_the_coordinator_refuses_bad_requests_without_effect(cluster):

@@ -71,7 +71,15 @@ pub struct ProduceInFlight {
 /// Validates and appends every partition's batches. Called in request order
 /// on the connection's reader, so pipelined produce requests are appended in
 /// the order they were sent; only the acks=all wait runs concurrently.
-pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16, client: &Client) -> ProduceInFlight {
+/// Appends as leader; `unverified` partitions (a transaction's batches its
+/// coordinator did not confirm, see `txn::verify_produce`) get their code.
+pub fn append(
+    ctx: &NodeContext,
+    request: ProduceRequest,
+    version: i16,
+    client: &Client,
+    unverified: &std::collections::HashMap<(String, i32), i16>,
+) -> ProduceInFlight {
     let acks = request.acks;
     let acks_all = acks == -1;
     // `unsafe.ack.before.commit` (a negative control for the fault harness,
@@ -133,6 +141,11 @@ pub fn append(ctx: &NodeContext, request: ProduceRequest, version: i16, client: 
                 partitions.push(error_response(index, missing_partition_code(&image, &name, index)));
                 continue;
             };
+            let unverified = if unverified.is_empty() { None } else { unverified.get(&(name.clone(), index)) };
+            if let Some(&code) = unverified {
+                partitions.push(error_response(index, code));
+                continue;
+            }
             let Some(records) = data.records else {
                 partitions.push(error_response(index, ResponseError::CorruptMessage.code()));
                 continue;

@@ -84,6 +84,9 @@ pub async fn add_partitions(
     version: i16,
     client: &Client,
 ) -> AddPartitionsToTxnResponse {
+    if version >= 4 {
+        return add_partitions_batched(ctx, request, client).await;
+    }
     let id = request.v3_and_below_transactional_id.0.to_string();
     let image = ctx.quorum.image();
     // Each topic needs WRITE; one refused topic fails the whole request, the
@@ -127,25 +130,158 @@ pub async fn add_partitions(
         };
         added.err().map(|e| for_version(e, version))
     };
-    let results = request
+    let codes: std::collections::HashMap<&str, i16> = request
         .v3_and_below_topics
         .iter()
         .zip(topic_errors)
-        .map(|(t, topic_error)| {
-            let code = whole.or(topic_error).map_or(0, |e| e.code());
+        .map(|(t, topic_error)| (t.name.0.as_str(), whole.or(topic_error).map_or(0, |e| e.code())))
+        .collect();
+    let results = partition_results(&request.v3_and_below_topics, |t, _| codes.get(t).copied().unwrap_or(0));
+    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
+}
+
+/// The answer to each partition of `topics`, grouped as AddPartitionsToTxn
+/// answers them.
+fn partition_results(
+    topics: &[kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic],
+    mut code_of: impl FnMut(&str, i32) -> i16,
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    topics
+        .iter()
+        .map(|t| {
             AddPartitionsToTxnTopicResult::default().with_name(t.name.clone()).with_results_by_partition(
                 t.partitions
                     .iter()
                     .map(|p| {
                         AddPartitionsToTxnPartitionResult::default()
                             .with_partition_index(*p)
-                            .with_partition_error_code(code)
+                            .with_partition_error_code(code_of(t.name.0.as_str(), *p))
                     })
                     .collect(),
             )
         })
-        .collect();
-    AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results)
+        .collect()
+}
+
+/// AddPartitionsToTxn v4+, between brokers (KIP-890): several transactions
+/// at once, each either added to or, with `verify_only`, checked (a
+/// partition leader asking before a producer's first transactional batch).
+/// Needs CLUSTER_ACTION, as in Kafka.
+async fn add_partitions_batched(
+    ctx: &NodeContext,
+    request: AddPartitionsToTxnRequest,
+    client: &Client,
+) -> AddPartitionsToTxnResponse {
+    if !ctx.authorize_cluster(client, &ctx.quorum.image(), Operation::ClusterAction) {
+        return AddPartitionsToTxnResponse::default().with_error_code(ResponseError::ClusterAuthorizationFailed.code());
+    }
+    let mut results = Vec::with_capacity(request.transactions.len());
+    for txn in &request.transactions {
+        let id = txn.transactional_id.0.as_str();
+        let partitions: Vec<TopicPartition> =
+            txn.topics.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), *p))).collect();
+        let (pid, epoch) = (txn.producer_id.0, txn.producer_epoch);
+        let answers: Vec<Option<ResponseError>> = match coordinated_here(ctx, id) {
+            Ok(partition) if txn.verify_only => ctx
+                .txns
+                .verify(partition, id, pid, epoch, &partitions)
+                .unwrap_or_else(|e| vec![Some(e); partitions.len()]),
+            Ok(partition) => {
+                let added = ctx.txns.add_partitions(partition, id, pid, epoch, &partitions).await;
+                vec![added.err(); partitions.len()]
+            }
+            Err(e) => vec![Some(e); partitions.len()],
+        };
+        let codes: std::collections::HashMap<(String, i32), i16> =
+            partitions.into_iter().zip(answers).map(|(tp, e)| (tp, e.map_or(0, |e| e.code()))).collect();
+        let topic_results = partition_results(&txn.topics, |t, p| codes.get(&(t.to_string(), p)).copied().unwrap_or(0));
+        results.push(
+            kafka_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResult::default()
+                .with_transactional_id(txn.transactional_id.clone())
+                .with_topic_results(topic_results),
+        );
+    }
+    AddPartitionsToTxnResponse::default().with_results_by_transaction(results)
+}
+
+/// KIP-890 part 1, before a Produce is appended: each partition about to
+/// get a producer's first transactional batch of a transaction is checked
+/// with the id's coordinator (here, or the broker leading its partition of
+/// `__transaction_state`), so that a batch outside any transaction (a
+/// producer that never called InitProducerId, a partition never added, a
+/// transaction already ended) is refused instead of holding the partition's
+/// last stable offset forever. The refused partitions with their error
+/// codes; retriable trouble reaching the coordinator is NOT_ENOUGH_REPLICAS,
+/// as in Kafka.
+pub async fn verify_produce(
+    ctx: &NodeContext,
+    request: &ProduceRequest,
+) -> std::collections::HashMap<TopicPartition, i16> {
+    let mut refused = std::collections::HashMap::new();
+    let Some(id) = request.transactional_id.as_ref().map(|t| t.0.as_str()).filter(|t| !t.is_empty()) else {
+        return refused;
+    };
+    // The partitions to check, by producer (one producer per request in practice).
+    let mut unverified: std::collections::BTreeMap<(i64, i16), Vec<TopicPartition>> = Default::default();
+    for topic in &request.topic_data {
+        for data in &topic.partition_data {
+            let Some(h) = data.records.as_deref().and_then(|r| crate::log::BatchHeader::parse(r).ok()) else {
+                continue;
+            };
+            // (Control batches and batches without a producer are refused as invalid.)
+            if !h.is_transactional() || h.is_control() || h.producer_id() < 0 {
+                continue;
+            }
+            let name = topic.name.0.as_str();
+            let open = ctx
+                .replicas
+                .get(name, data.index)
+                .is_none_or(|p| !p.is_leader() || p.has_open_txn(h.producer_id(), h.producer_epoch()));
+            if !open {
+                unverified
+                    .entry((h.producer_id(), h.producer_epoch()))
+                    .or_default()
+                    .push((name.to_string(), data.index));
+            }
+        }
+    }
+    for ((pid, epoch), partitions) in unverified {
+        let (exists, coordinator) = {
+            let image = ctx.quorum.image();
+            let partition = ctx.txns.partition_of(&image, id);
+            let topic = image.topics.get(TRANSACTION_TOPIC);
+            let leader = topic.and_then(|t| t.partitions.get(&partition)?.leader);
+            (topic.is_some(), leader.map(|l| (partition, l, image.brokers.get(&l).map(|b| b.kafka.clone()))))
+        };
+        let answers = match coordinator {
+            // No transaction was ever begun in this cluster.
+            _ if !exists => vec![Some(ResponseError::InvalidProducerIdMapping); partitions.len()],
+            Some((partition, leader, _)) if leader == ctx.broker_id => ctx
+                .txns
+                .verify(partition, id, pid, epoch, &partitions)
+                .unwrap_or_else(|e| vec![Some(e); partitions.len()]),
+            Some((_, _, Some(addr))) => ctx.txns.verify_remote(&addr, id, pid, epoch, &partitions).await,
+            _ => vec![Some(ResponseError::CoordinatorNotAvailable); partitions.len()],
+        };
+        for (tp, answer) in partitions.into_iter().zip(answers) {
+            let code = match answer {
+                None => continue,
+                Some(
+                    e @ (ResponseError::InvalidProducerIdMapping
+                    | ResponseError::InvalidTxnState
+                    | ResponseError::InvalidProducerEpoch),
+                ) => e,
+                Some(ResponseError::ProducerFenced) => ResponseError::InvalidProducerEpoch,
+                Some(e) => {
+                    tracing::debug!(transactional_id = id, topic = %tp.0, partition = tp.1, error = ?e,
+                        "transaction verification could not reach the coordinator");
+                    ResponseError::NotEnoughReplicas
+                }
+            };
+            refused.insert(tp, code.code());
+        }
+    }
+    refused
 }
 
 pub async fn add_offsets(
