@@ -618,6 +618,22 @@ impl PartitionLog {
         self.aborted.push(txn);
     }
 
+    /// Every aborted transaction the log holds, in marker order (for a
+    /// producer-state snapshot).
+    pub fn aborted_txns(&self) -> &[AbortedTxn] {
+        self.aborted.entries()
+    }
+
+    /// Puts back the aborted transactions a snapshot kept (those wholly
+    /// before the log start are left out).
+    pub fn restore_aborted(&mut self, txns: Vec<AbortedTxn>) {
+        self.aborted.clear();
+        for t in txns {
+            self.aborted.push(t);
+        }
+        self.aborted.trim_before(self.log_start_offset());
+    }
+
     /// The aborted transactions with records in `[from, to)`, in marker order.
     pub fn aborted_overlapping(&self, from: i64, to: i64) -> Vec<AbortedTxn> {
         self.aborted.overlapping(from, to)

@@ -99,7 +99,7 @@ pub fn encode_marker(producer_id: i64, producer_epoch: i16, marker: EndTxnMarker
 }
 
 /// One aborted transaction of a partition (Kafka's `AbortedTxn`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AbortedTxn {
     pub producer_id: i64,
     /// The offset of the transaction's first batch in this partition.
@@ -144,6 +144,10 @@ impl AbortedTxns {
 
     pub fn clear(&mut self) {
         self.entries.clear();
+    }
+
+    pub fn entries(&self) -> &[AbortedTxn] {
+        &self.entries
     }
 
     pub fn len(&self) -> usize {

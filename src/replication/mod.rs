@@ -16,6 +16,7 @@ pub mod isr;
 pub mod isr_sync;
 pub mod manager;
 pub mod partition;
+pub mod producer_snapshot;
 pub mod producer_state;
 pub mod throttle;
 

@@ -24,6 +24,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::isr::{desired_isr, join_offset, FollowerProgress, LeaderView};
+use super::producer_snapshot::{self, ProducerSnapshot};
 use super::producer_state::{
     ActiveProducer, BatchMeta, CompletedTxn, MarkerCheck, ProducerStateMap, Refusal, Refusals, SeqCheck,
 };
@@ -258,13 +259,27 @@ fn record_with_max_timestamp(mut batch: Bytes) -> Option<(i64, i64)> {
     best
 }
 
-/// Rebuilds producer state, and the aborted transactions, from the batch
-/// headers and markers in the log.
+/// Rebuilds producer state, and the aborted transactions, from the newest
+/// producer snapshot and the batch headers and markers after it (the whole
+/// log when there is no snapshot).
 fn rebuild_producers(log: &mut PartitionLog) -> Result<ProducerStateMap, LogError> {
     /// Bytes read per step while scanning.
     const SCAN_BYTES: usize = 1 << 20;
-    let mut producers = ProducerStateMap::default();
-    let mut offset = log.log_start_offset();
+    let (mut producers, mut offset) = match producer_snapshot::load_latest(log.dir(), log.log_end_offset()) {
+        Some((at, snapshot)) => {
+            log.restore_aborted(snapshot.aborted);
+            (snapshot.producers, at.max(log.log_start_offset()))
+        }
+        None => (ProducerStateMap::default(), log.log_start_offset()),
+    };
+    if offset > log.log_start_offset() {
+        tracing::debug!(
+            topic = log.topic(),
+            partition = log.partition(),
+            from = offset,
+            "producer state from a snapshot; reading the batches after it"
+        );
+    }
     let end = log.log_end_offset();
     while offset < end {
         let chunk = log.read(offset, SCAN_BYTES, end)?;
@@ -284,6 +299,10 @@ fn rebuild_producers(log: &mut PartitionLog) -> Result<ProducerStateMap, LogErro
     }
     Ok(producers)
 }
+
+/// A producer snapshot taken at a roll: the partition's directory, the
+/// offset it stands at, the encoded snapshot.
+type RollSnapshot = (std::path::PathBuf, i64, Vec<u8>);
 
 /// Notes in the log the aborted ones among transactions markers ended.
 fn record_aborted(log: &mut PartitionLog, ended: &[CompletedTxn]) {
@@ -389,6 +408,26 @@ impl Partition {
             let _ = prepared.abandon();
             e.into()
         })
+    }
+
+    /// The producer state as it stands when a segment rolls (before the
+    /// append that rolled it), encoded under the state lock, with its offset
+    /// and the log's directory.
+    fn snapshot_at_roll(st: &State) -> Option<RollSnapshot> {
+        let snapshot = ProducerSnapshot { producers: st.producers.clone(), aborted: st.log.aborted_txns().to_vec() };
+        let encoded = producer_snapshot::encode(&snapshot)?;
+        Some((st.log.dir().to_path_buf(), st.log.log_end_offset(), encoded))
+    }
+
+    /// Writes a snapshot taken at a roll, holding the writer lock (so no
+    /// truncation runs meanwhile) but not the state lock. A failure costs
+    /// only a longer scan at the next start.
+    fn write_snapshot(&self, snapshot: Option<RollSnapshot>) {
+        let Some((dir, offset, encoded)) = snapshot else { return };
+        if let Err(e) = producer_snapshot::write(&dir, offset, &encoded) {
+            tracing::warn!(topic = %self.topic, partition = self.index, offset, error = %e,
+                "writing a producer snapshot failed; the next start reads more of the log");
+        }
     }
 
     /// The writer lock (see `writer`); take it before the state lock.
@@ -648,6 +687,7 @@ impl Partition {
         if target < end {
             st.log.truncate_to(target)?;
             st.producers.truncate_to(target);
+            producer_snapshot::delete_after(st.log.dir(), st.log.log_end_offset());
             st.high_watermark = st.high_watermark.min(st.log.log_end_offset());
             tracing::info!(topic = %self.topic, partition = self.index, from = end, to = st.log.log_end_offset(),
                 leader_epoch, "truncated a divergent suffix");
@@ -711,6 +751,7 @@ impl Partition {
         }
         st.log.truncate_fully_and_start_at(offset)?;
         st.producers = ProducerStateMap::default();
+        producer_snapshot::delete_after(st.log.dir(), -1);
         st.high_watermark = offset;
         tracing::warn!(topic = %self.topic, partition = self.index, offset, "follower log reset to the leader's range");
         Ok(())
@@ -735,7 +776,9 @@ impl Partition {
         let mut rolled = false;
         if !records.is_empty() {
             let prepared = st.log.prepare_append_as_follower(records, wall_ms())?;
+            let snapshot = if prepared.rolled() { Self::snapshot_at_roll(&st) } else { None };
             drop(st);
+            self.write_snapshot(snapshot);
             self.write_unlocked(&prepared, records)?;
             rolled = prepared.rolled();
             st = self.state();
@@ -991,7 +1034,9 @@ impl Partition {
         let epoch = st.leader_epoch;
         let now = wall_ms();
         let prepared = st.log.prepare_append_as_leader(records, epoch, now)?;
+        let snapshot = if prepared.rolled() { Self::snapshot_at_roll(&st) } else { None };
         drop(st);
+        self.write_snapshot(snapshot);
         self.write_unlocked(&prepared, records)?;
         let rolled = prepared.rolled();
         let mut st = self.state();
@@ -1328,6 +1373,7 @@ impl Partition {
         let hw = st.high_watermark;
         let out = st.log.apply_retention(wall_ms(), hw)?;
         if out.deleted_segments > 0 {
+            producer_snapshot::delete_before(st.log.dir(), st.log.log_start_offset());
             tracing::info!(topic = %self.topic, partition = self.index, segments = out.deleted_segments,
                 bytes = out.deleted_bytes, log_start_offset = st.log.log_start_offset(), "retention deleted segments");
         }
@@ -1584,6 +1630,57 @@ mod tests {
         p.become_leader(2, 2, &[1], &[1]);
         let r = p.read(0, 1 << 20, true, -1, None, true).expect("read");
         assert_eq!((r.last_stable_offset, aborted(&r)), (13, vec![(7, 5)]));
+    }
+
+    #[test]
+    fn producer_state_comes_back_from_snapshots_taken_at_rolls() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Every batch rolls the segment (and so writes a snapshot).
+        let config = LogConfig { segment_bytes: 100, ..LogConfig::default() };
+        let open = |config: &LogConfig| {
+            let log = PartitionLog::open(dir.path(), "t", 0, config.clone(), 0, wall_ms()).expect("open");
+            let p = Partition::open("t", 0, 1, log).expect("partition");
+            p.become_leader(1, 1, &[1], &[1]);
+            p
+        };
+        let p = open(&config);
+        p.append_as_leader(&txn_batch(2, 7, 0), true).expect("append"); // 0..1, open
+        p.append_as_leader(&txn_batch(1, 8, 0), true).expect("append"); // 2
+        p.append_marker(8, 0, ABORT).expect("abort"); // 3
+        p.append_as_leader(&build_idempotent_batch(1, 9, 0, 0), true).expect("append"); // 4
+        p.append_as_leader(&opaque_batch(1), true).expect("append"); // 5
+        let snapshots = |d: &std::path::Path| {
+            std::fs::read_dir(d)
+                .expect("lists")
+                .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".snapshot")))
+                .count()
+        };
+        assert!(snapshots(&dir.path().join("t-0")) >= 3, "a snapshot at each roll");
+        let before = p.read(0, 1 << 20, true, -1, None, true).expect("read");
+        let producers = p.active_producers().expect("leader");
+        drop(p);
+        let p = open(&config);
+        let after = p.read(0, 1 << 20, true, -1, None, true).expect("read");
+        assert_eq!(
+            (after.last_stable_offset, after.aborted.clone()),
+            (before.last_stable_offset, before.aborted.clone())
+        );
+        assert_eq!(after.last_stable_offset, 0, "producer 7's transaction is still open");
+        assert_eq!(p.active_producers().expect("leader"), producers);
+        assert_eq!(
+            code_of(p.append_as_leader(&build_idempotent_batch(1, 9, 0, 0), true)),
+            Ok(4),
+            "a retried batch is still known as a duplicate"
+        );
+        drop(p);
+        // A truncation drops the snapshots past the new end.
+        let p = open(&config);
+        p.become_follower(2, 2);
+        p.truncate_for_epoch(2, 3).expect("truncate");
+        assert!(std::fs::read_dir(dir.path().join("t-0")).expect("lists").all(|e| {
+            let name = e.expect("entry").file_name().to_string_lossy().into_owned();
+            !name.ends_with(".snapshot") || name.trim_end_matches(".snapshot").parse::<i64>().is_ok_and(|o| o <= 3)
+        }));
     }
 
     #[test]

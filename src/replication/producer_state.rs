@@ -27,7 +27,7 @@ pub const PRODUCERS_MAX: usize = 10_000;
 /// cuts their markers opens them again.
 const ENDED_KEPT: usize = 5;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct BatchMeta {
     pub first_seq: i32,
     pub last_seq: i32,
@@ -64,7 +64,7 @@ pub struct CompletedTxn {
     pub last_stable_offset: i64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct ProducerEntry {
     epoch: i16,
     batches: VecDeque<BatchMeta>,
@@ -129,7 +129,7 @@ pub enum MarkerCheck {
     },
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct ProducerStateMap {
     producers: HashMap<i64, ProducerEntry>,
     /// Open transactions: first offset → producer id.
