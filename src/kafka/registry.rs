@@ -480,7 +480,7 @@ async fn handle(
             ResponseKind::AlterUserScramCredentials(handlers::users::alter(ctx, r).await)
         }
         RequestKind::InitProducerId(r) => {
-            ResponseKind::InitProducerId(handlers::cluster::init_producer_id(ctx, r, &client).await)
+            ResponseKind::InitProducerId(handlers::cluster::init_producer_id(ctx, r, version, &client).await)
         }
         RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(handlers::txn_markers::handle(ctx, r).await),
         RequestKind::AddPartitionsToTxn(r) => {

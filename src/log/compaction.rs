@@ -19,10 +19,7 @@
 //!    segments that were read.
 //!
 //! What a segment keeps: every key's latest record, records without a key,
-//! control batches and transactional batches whole (their records
-//! supersede nothing either: an aborted or undecided value must not remove
-//! a committed one; Kafka's removal of aborted records and old markers is
-//! not built yet), each producer's last batch whole (its sequence and
+//! control batches (transaction markers), each producer's last batch whole (its sequence and
 //! epoch are what a restart rebuilds the producer's state from), and the
 //! last batch of each segment whole, so every segment keeps its end offset
 //! and is never empty. Offsets never change: batches are re-encoded around
@@ -31,6 +28,11 @@
 //! tombstone (a null value) that is its key's latest record goes once its
 //! segment's file was last written more than `delete.retention.ms` ago
 //! (Kafka's horizon before KIP-534); rewriting a segment keeps that time.
+//!
+//! Transactions: a pass cleans only below the last stable offset, where
+//! every transaction is decided. The records of an aborted transaction
+//! supersede nothing and go (but in a segment's last batch); a committed
+//! transaction's records are cleaned like any others. Markers stay.
 
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -46,6 +48,7 @@ use kafka_protocol::records::{
 
 use super::batch::{BatchHeader, CRC_COVERED_FROM, HEADER_BYTES};
 use super::segment::{segment_file_name, BatchInfo, LogSegment, LOG_SUFFIX};
+use super::txn::AbortedTxn;
 use super::{LogConfig, LogError, Result};
 
 /// A record without producer or headers, as Strom writes its own records.
@@ -103,6 +106,8 @@ pub struct CompactionPlan {
     /// The log's truncation count when planned: a swap after a truncation
     /// is dropped.
     pub(super) truncations: u64,
+    /// The aborted transactions with records below `end`.
+    pub(super) aborted: Vec<AbortedTxn>,
 }
 
 /// One sealed segment of a plan.
@@ -143,12 +148,30 @@ struct OffsetMap {
     latest: HashMap<Bytes, i64>,
     /// Each producer's last batch below the end (its base offset).
     last_batch_of: HashMap<i64, i64>,
+    /// The aborted transactions' offset ranges (first batch to marker), by producer.
+    aborted: HashMap<i64, Vec<(i64, i64)>>,
 }
 
 impl OffsetMap {
+    fn with_aborted(aborted: &[AbortedTxn]) -> Self {
+        let mut map = OffsetMap::default();
+        for t in aborted {
+            map.aborted.entry(t.producer_id).or_default().push((t.first_offset, t.last_offset));
+        }
+        map
+    }
+
+    /// Whether `header`'s batch belongs to an aborted transaction.
+    fn is_aborted(&self, header: &BatchHeader<'_>) -> bool {
+        header.is_transactional()
+            && self.aborted.get(&header.producer_id()).is_some_and(|ranges| {
+                ranges.iter().any(|&(first, last)| first <= header.base_offset() && header.base_offset() <= last)
+            })
+    }
+
     fn note(&mut self, batch: &Bytes, end: i64) -> Result<()> {
         let header = BatchHeader::parse(batch)?;
-        if header.base_offset() >= end || header.is_control() || header.is_transactional() {
+        if header.base_offset() >= end || header.is_control() || self.is_aborted(&header) {
             return Ok(());
         }
         if header.producer_id() >= 0 {
@@ -253,8 +276,11 @@ fn clean_batch(batch: &Bytes, map: &OffsetMap, last_in_segment: bool, drop_tombs
     let header = BatchHeader::parse(batch)?;
     let producer = header.producer_id();
     let producers_last = producer >= 0 && map.last_batch_of.get(&producer) == Some(&header.base_offset());
-    if last_in_segment || producers_last || header.is_control() || header.is_transactional() {
+    if last_in_segment || producers_last || header.is_control() {
         return Ok(Outcome::Whole);
+    }
+    if map.is_aborted(&header) {
+        return Ok(Outcome::Dropped);
     }
     let Ok(set) = decode(batch) else { return Ok(Outcome::Whole) };
     let total = set.records.len();
@@ -290,7 +316,7 @@ fn restore_log_append_time(batch: &mut [u8], append_time: i64) {
 pub fn clean(plan: &CompactionPlan, now: SystemTime, stopping: &dyn Fn() -> bool) -> Result<CompactionResult> {
     let mut throttle =
         Throttle { rate: plan.config.cleaner_io_max_bytes_per_second, started: Instant::now(), bytes: 0.0, stopping };
-    let mut map = OffsetMap::default();
+    let mut map = OffsetMap::with_aborted(&plan.aborted);
     for segment in &plan.segments {
         for_each_batch(segment, |batch| {
             throttle.spend(batch.len())?;
@@ -524,19 +550,36 @@ mod tests {
     }
 
     #[test]
-    fn transactional_records_supersede_nothing_and_stay() {
-        let committed = batch(&[(0, "k", Some("committed"))]);
-        let txn = Record {
-            transactional: true,
-            producer_id: 9,
-            producer_epoch: 0,
-            sequence: 0,
-            ..record(1, "k", Some("aborted?"))
+    fn aborted_records_go_and_committed_transactional_ones_are_cleaned_like_any() {
+        let txn = |offset: i64, producer_id, value| {
+            let r = Record {
+                transactional: true,
+                producer_id,
+                producer_epoch: 0,
+                sequence: offset as i32,
+                ..record(offset, "k", Some(value))
+            };
+            encoded(&[r], Compression::None)
         };
-        let txn = encoded(&[txn], Compression::None);
-        let map = map_of(&[&committed, &txn], i64::MAX);
-        let outcome = clean_batch(&committed, &map, false, false).expect("cleans");
-        assert!(matches!(outcome, Outcome::Whole), "the committed value stays");
-        assert!(matches!(clean_batch(&txn, &map, false, false).expect("cleans"), Outcome::Whole));
+        let plain = batch(&[(0, "k", Some("plain"))]);
+        let aborted = txn(1, 9, "aborted");
+        let committed = txn(3, 8, "committed");
+        let later_aborted = txn(5, 9, "aborted again");
+        let mut map = OffsetMap::with_aborted(&[
+            AbortedTxn { producer_id: 9, first_offset: 1, last_offset: 2, last_stable_offset: 3 },
+            AbortedTxn { producer_id: 9, first_offset: 5, last_offset: 6, last_stable_offset: 7 },
+        ]);
+        for b in [&plain, &aborted, &committed, &later_aborted] {
+            map.note(b, i64::MAX).expect("notes");
+        }
+        assert_eq!(map.latest.get(&Bytes::from_static(b"k")), Some(&3), "aborted values supersede nothing");
+        assert!(matches!(clean_batch(&plain, &map, false, false).expect("cleans"), Outcome::Dropped));
+        assert!(matches!(clean_batch(&aborted, &map, false, false).expect("cleans"), Outcome::Dropped));
+        assert!(
+            matches!(clean_batch(&aborted, &map, true, false).expect("cleans"), Outcome::Whole),
+            "a segment's last"
+        );
+        assert!(matches!(clean_batch(&committed, &map, false, false).expect("cleans"), Outcome::Whole));
+        assert!(matches!(clean_batch(&later_aborted, &map, false, false).expect("cleans"), Outcome::Dropped));
     }
 }

@@ -753,8 +753,9 @@ impl PartitionLog {
     }
 
     /// Step 1 of a compaction pass (see [`super::compaction`]): the sealed
-    /// segments to clean, below `high_watermark`, or `None` when no pass is
-    /// due.
+    /// segments to clean, below `high_watermark` (the owner passes the last
+    /// stable offset, below which every transaction is decided), or `None`
+    /// when no pass is due.
     pub fn plan_compaction(&self, high_watermark: i64, now_ms: i64) -> Result<Option<CompactionPlan>> {
         if !self.config.compact {
             return Ok(None);
@@ -809,6 +810,7 @@ impl PartitionLog {
             end,
             segments,
             truncations: self.truncations,
+            aborted: self.aborted.overlapping(self.log_start_offset(), end),
         }))
     }
 

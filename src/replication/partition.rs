@@ -1350,8 +1350,9 @@ impl Partition {
     /// segments without the partition's lock (see [`crate::log::compaction`]).
     pub fn apply_retention(&self, stopping: &dyn Fn() -> bool) -> Result<(), LogError> {
         let plan = {
-            let st = self.state();
-            st.log.plan_compaction(st.high_watermark, wall_ms())?
+            let mut st = self.state();
+            let stable = Self::last_stable_offset(&mut st);
+            st.log.plan_compaction(stable, wall_ms())?
         };
         if let Some(plan) = plan {
             let result = crate::log::compaction::clean(&plan, std::time::SystemTime::now(), stopping);

@@ -296,7 +296,12 @@ impl ProducerStateMap {
     /// marker not yet replicated may still be cut). `None`: nothing holds
     /// readers back. Forgets ended transactions the high watermark passed.
     pub fn first_unstable_offset(&mut self, high_watermark: i64) -> Option<i64> {
-        self.unreplicated = self.unreplicated.split_off(&high_watermark);
+        while let Some(entry) = self.unreplicated.first_entry() {
+            if *entry.key() >= high_watermark {
+                break;
+            }
+            entry.remove();
+        }
         let open = self.open.keys().next().copied();
         let ended = self.unreplicated.values().min().copied();
         open.into_iter().chain(ended).min()

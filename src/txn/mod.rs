@@ -55,6 +55,11 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 const MARKER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The pause between rounds of markers that did not all get in.
 const MARKER_RETRY: Duration = Duration::from_millis(200);
+/// How long a request waits for an id's write or markers in flight before
+/// it is answered CONCURRENT_TRANSACTIONS (which clients retry after a
+/// backoff): a producer's next transaction usually begins while the last
+/// one's markers are being written.
+const BUSY_WAIT: Duration = Duration::from_secs(2);
 
 /// One transactional id: its stored metadata (`None` until the first write
 /// commits) and whether a write or markers are in flight.
@@ -94,6 +99,8 @@ pub struct TransactionCoordinator {
     /// Told when a marker reaches a `__consumer_offsets` partition led here.
     groups: Arc<GroupCoordinator>,
     shards: Mutex<HashMap<i32, Shard>>,
+    /// Woken whenever an id stops being busy (or a shard goes).
+    idle: tokio::sync::Notify,
 }
 
 fn write_error(e: &PartitionError) -> ResponseError {
@@ -114,7 +121,16 @@ impl TransactionCoordinator {
         tls: Option<strom_raft::tls::NodeTls>,
         groups: Arc<GroupCoordinator>,
     ) -> Self {
-        Self { settings, replicas, quorum, tls, broker_id, groups, shards: Mutex::new(HashMap::new()) }
+        Self {
+            settings,
+            replicas,
+            quorum,
+            tls,
+            broker_id,
+            groups,
+            shards: Mutex::new(HashMap::new()),
+            idle: tokio::sync::Notify::new(),
+        }
     }
 
     fn shards(&self) -> MutexGuard<'_, HashMap<i32, Shard>> {
@@ -154,6 +170,26 @@ impl TransactionCoordinator {
             shard.txns.remove(id);
         }
         result
+    }
+
+    /// Runs `attempt` (a step on an id) again each time an id stops being
+    /// busy while it answers CONCURRENT_TRANSACTIONS, for up to [`BUSY_WAIT`].
+    async fn when_idle<R>(&self, mut attempt: impl FnMut() -> Result<R, ResponseError>) -> Result<R, ResponseError> {
+        let deadline = tokio::time::Instant::now() + BUSY_WAIT;
+        loop {
+            // Registered before the attempt, so a change in between still wakes it.
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            match attempt() {
+                Err(ResponseError::ConcurrentTransactions) if tokio::time::Instant::now() < deadline => {
+                    if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                        return Err(ResponseError::ConcurrentTransactions);
+                    }
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The stored metadata of `id`, if this broker coordinates it.
@@ -276,40 +312,52 @@ impl TransactionCoordinator {
         id: &str,
         timeout_ms: i32,
         new_producer_id: Option<i64>,
+        current: Option<(i64, i16)>,
     ) -> Result<(i64, i16), ResponseError> {
-        let now = wall_ms();
-        let step = self.with_entry(partition, id, |entry, epoch| {
-            if entry.busy {
-                return Err(ResponseError::ConcurrentTransactions);
-            }
-            let step = state::init(id, entry.meta.as_ref(), new_producer_id, timeout_ms, now)?;
-            let next = match &step {
-                state::Init::Write(m) | state::Init::FenceAndAbort(m) => m,
-            };
-            let appended = self.append(partition, id, next)?;
-            entry.busy = true;
-            Ok((step, appended, epoch))
-        })?;
-        match step {
-            (state::Init::Write(next), appended, _) => {
-                let answer = (next.producer_id, next.producer_epoch);
-                self.finish_write(partition, id, next, appended, false).await?;
-                tracing::info!(
-                    transactional_id = id,
-                    producer_id = answer.0,
-                    producer_epoch = answer.1,
-                    "initialized a transactional producer"
-                );
-                Ok(answer)
-            }
-            (state::Init::FenceAndAbort(prepared), appended, epoch) => {
-                tracing::info!(
-                    transactional_id = id,
-                    producer_id = prepared.producer_id,
-                    "a new producer for the id: aborting the transaction the last one left open"
-                );
-                self.clone().spawn_end(partition, epoch, prepared, Some(appended));
-                Err(ResponseError::ConcurrentTransactions)
+        // At most once: abort what the last producer left open, then begin.
+        let mut fenced = false;
+        loop {
+            let step = self
+                .when_idle(|| {
+                    let now = wall_ms();
+                    self.with_entry(partition, id, |entry, epoch| {
+                        if entry.busy {
+                            return Err(ResponseError::ConcurrentTransactions);
+                        }
+                        let step = state::init(id, entry.meta.as_ref(), new_producer_id, current, timeout_ms, now)?;
+                        if fenced && matches!(step, state::Init::FenceAndAbort(_)) {
+                            return Err(ResponseError::ConcurrentTransactions);
+                        }
+                        let next = match &step {
+                            state::Init::Write(m) | state::Init::FenceAndAbort(m) => m,
+                        };
+                        let appended = self.append(partition, id, next)?;
+                        entry.busy = true;
+                        Ok((step, appended, epoch))
+                    })
+                })
+                .await?;
+            match step {
+                (state::Init::Write(next), appended, _) => {
+                    let answer = (next.producer_id, next.producer_epoch);
+                    self.finish_write(partition, id, next, appended, false).await?;
+                    tracing::info!(
+                        transactional_id = id,
+                        producer_id = answer.0,
+                        producer_epoch = answer.1,
+                        "initialized a transactional producer"
+                    );
+                    return Ok(answer);
+                }
+                (state::Init::FenceAndAbort(prepared), appended, epoch) => {
+                    tracing::info!(
+                        transactional_id = id,
+                        producer_id = prepared.producer_id,
+                        "a new producer for the id: aborting the transaction the last one left open"
+                    );
+                    self.clone().spawn_end(partition, epoch, prepared, Some(appended));
+                    fenced = true;
+                }
             }
         }
     }
@@ -324,19 +372,22 @@ impl TransactionCoordinator {
         producer_epoch: i16,
         partitions: &[TopicPartition],
     ) -> Result<(), ResponseError> {
-        let now = wall_ms();
-        let planned = self.with_entry(partition, id, |entry, _| {
-            if entry.busy {
-                return Err(ResponseError::ConcurrentTransactions);
-            }
-            let Some(next) = state::add_partitions(entry.meta.as_ref(), producer_id, producer_epoch, partitions, now)?
-            else {
-                return Ok(None);
-            };
-            let appended = self.append(partition, id, &next)?;
-            entry.busy = true;
-            Ok(Some((next, appended)))
-        })?;
+        let planned = self
+            .when_idle(|| {
+                let now = wall_ms();
+                self.with_entry(partition, id, |entry, _| {
+                    if entry.busy {
+                        return Err(ResponseError::ConcurrentTransactions);
+                    }
+                    let next =
+                        state::add_partitions(entry.meta.as_ref(), producer_id, producer_epoch, partitions, now)?;
+                    let Some(next) = next else { return Ok(None) };
+                    let appended = self.append(partition, id, &next)?;
+                    entry.busy = true;
+                    Ok(Some((next, appended)))
+                })
+            })
+            .await?;
         match planned {
             Some((next, appended)) => self.finish_write(partition, id, next, appended, false).await,
             None => Ok(()),
@@ -353,18 +404,21 @@ impl TransactionCoordinator {
         producer_epoch: i16,
         commit: bool,
     ) -> Result<(), ResponseError> {
-        let now = wall_ms();
-        let planned = self.with_entry(partition, id, |entry, epoch| {
-            if entry.busy {
-                return Err(ResponseError::ConcurrentTransactions);
-            }
-            let Some(prepared) = state::end(entry.meta.as_ref(), producer_id, producer_epoch, commit, now)? else {
-                return Ok(None);
-            };
-            let appended = self.append(partition, id, &prepared)?;
-            entry.busy = true;
-            Ok(Some((prepared, appended, epoch)))
-        })?;
+        let planned = self
+            .when_idle(|| {
+                let now = wall_ms();
+                self.with_entry(partition, id, |entry, epoch| {
+                    if entry.busy {
+                        return Err(ResponseError::ConcurrentTransactions);
+                    }
+                    let prepared = state::end(entry.meta.as_ref(), producer_id, producer_epoch, commit, now)?;
+                    let Some(prepared) = prepared else { return Ok(None) };
+                    let appended = self.append(partition, id, &prepared)?;
+                    entry.busy = true;
+                    Ok(Some((prepared, appended, epoch)))
+                })
+            })
+            .await?;
         let Some((prepared, appended, epoch)) = planned else { return Ok(()) };
         self.finish_write(partition, id, prepared.clone(), appended, true).await?;
         self.clone().spawn_end(partition, epoch, prepared, None);
@@ -399,10 +453,11 @@ impl TransactionCoordinator {
             return Err(ResponseError::NotCoordinator);
         };
         let entry = shard.txns.entry(id.to_string()).or_default();
-        match written {
+        let result = match written {
             Ok(()) => {
                 entry.meta = Some(next);
                 entry.busy = keep_busy;
+                Ok(())
             }
             Err(e) => {
                 entry.busy = false;
@@ -410,10 +465,12 @@ impl TransactionCoordinator {
                     shard.txns.remove(id);
                 }
                 tracing::warn!(transactional_id = id, error = ?e, "storing transaction state failed");
-                return Err(e);
+                Err(e)
             }
-        }
-        Ok(())
+        };
+        drop(shards);
+        self.idle.notify_waiters();
+        result
     }
 
     async fn await_commit(&self, appended: Appended) -> Result<(), ResponseError> {
@@ -468,6 +525,7 @@ impl TransactionCoordinator {
                         entry.busy = false;
                         Ok(())
                     });
+                    self.idle.notify_waiters();
                 }
             }
         });
@@ -680,6 +738,8 @@ impl TransactionCoordinator {
                 }
             }
         }
+        // Requests waiting on a shard that went find out.
+        self.idle.notify_waiters();
         for (index, epoch) in to_load {
             let this = self.clone();
             tokio::spawn(async move { this.load(index, epoch).await });

@@ -83,11 +83,15 @@ pub enum Init {
 }
 
 /// InitProducerId with a transactional id. `new_producer_id` is a fresh id,
-/// used when [`needs_producer_id`] says so.
+/// used when [`needs_producer_id`] says so. `current` is the producer id and
+/// epoch the client says it has (KIP-360, v3+: a producer recovering from an
+/// error bumps its own epoch); one that is not the id's current producer is
+/// a zombie, fenced (PRODUCER_FENCED).
 pub fn init(
     id: &str,
     existing: Option<&TxnMeta>,
     new_producer_id: Option<i64>,
+    current: Option<(i64, i16)>,
     timeout_ms: i32,
     now_ms: i64,
 ) -> Result<Init, ResponseError> {
@@ -102,8 +106,14 @@ pub fn init(
         update_ms: now_ms,
     };
     let Some(m) = existing else {
+        if current.is_some() {
+            return Err(ResponseError::InvalidProducerIdMapping);
+        }
         return new_producer_id.map(|p| Init::Write(fresh(p))).ok_or(ResponseError::CoordinatorNotAvailable);
     };
+    if current.is_some_and(|c| c != (m.producer_id, m.producer_epoch)) {
+        return Err(ResponseError::ProducerFenced);
+    }
     match m.state {
         TxnState::PrepareCommit | TxnState::PrepareAbort => Err(ResponseError::ConcurrentTransactions),
         TxnState::Ongoing => Ok(Init::FenceAndAbort(abort_with_bumped_epoch(m, now_ms))),
@@ -240,7 +250,7 @@ mod tests {
     }
 
     fn initialized() -> TxnMeta {
-        match init("tx", None, Some(7), 60_000, 1) {
+        match init("tx", None, Some(7), None, 60_000, 1) {
             Ok(Init::Write(m)) => m,
             other => panic!("{other:?}"),
         }
@@ -276,15 +286,16 @@ mod tests {
         assert_eq!(add_partitions(Some(&m), 8, 0, &[], 6), Err(ResponseError::InvalidProducerIdMapping));
         assert_eq!(end(None, 7, 0, true, 6), Err(ResponseError::InvalidProducerIdMapping), "unknown id");
         // A new producer for the id: the open transaction is aborted at epoch 1.
-        let fenced = match init("tx", Some(&m), None, 30_000, 7) {
+        assert_eq!(init("tx", Some(&m), None, Some((7, 1)), 30_000, 7), Err(ResponseError::ProducerFenced), "a zombie");
+        let fenced = match init("tx", Some(&m), None, Some((7, 0)), 30_000, 7) {
             Ok(Init::FenceAndAbort(f)) => f,
             other => panic!("{other:?}"),
         };
         assert_eq!((fenced.state, fenced.producer_epoch, fenced.partitions.len()), (TxnState::PrepareAbort, 1, 1));
-        assert_eq!(init("tx", Some(&fenced), None, 30_000, 8), Err(ResponseError::ConcurrentTransactions));
+        assert_eq!(init("tx", Some(&fenced), None, None, 30_000, 8), Err(ResponseError::ConcurrentTransactions));
         let aborted = complete(&fenced, 9);
         assert_eq!(end(Some(&aborted), 7, 0, true, 9), Err(ResponseError::ProducerFenced), "the zombie");
-        match init("tx", Some(&aborted), None, 30_000, 10) {
+        match init("tx", Some(&aborted), None, None, 30_000, 10) {
             Ok(Init::Write(m)) => assert_eq!((m.producer_id, m.producer_epoch, m.timeout_ms), (7, 2, 30_000)),
             other => panic!("{other:?}"),
         }
@@ -295,7 +306,7 @@ mod tests {
         let mut m = initialized();
         m.producer_epoch = EPOCH_MAX;
         assert!(needs_producer_id(Some(&m)) && needs_producer_id(None));
-        match init("tx", Some(&m), Some(99), 1_000, 2) {
+        match init("tx", Some(&m), Some(99), None, 1_000, 2) {
             Ok(Init::Write(m)) => assert_eq!((m.producer_id, m.producer_epoch), (99, 0)),
             other => panic!("{other:?}"),
         }

@@ -36,9 +36,9 @@ def produce(bootstrap, topic, records):
     return delivered
 
 
-def read_all(bootstrap, topic):
+def read_all(bootstrap, topic, **conf):
     """Every record of partition 0 up to its high watermark: [(offset, key, value)]."""
-    c = confluent_consumer(bootstrap)
+    c = confluent_consumer(bootstrap, **conf)
     try:
         low, high = c.get_watermark_offsets(ck.TopicPartition(topic, 0), timeout=10)
         c.assign([ck.TopicPartition(topic, 0, ck.OFFSET_BEGINNING)])
@@ -97,4 +97,52 @@ def test_a_compacted_topic_keeps_each_keys_latest_record(make_cluster):
     # records append after the high watermark, and the log compacts again.
     more = produce(c.node(1).kafka, topic, [(b"k0", b"after"), (b"k1", b"after")])
     assert sorted(more) == [high, high + 1]
+    c.check_alive()
+
+
+def test_compaction_removes_aborted_records_and_cleans_committed_ones(make_cluster):
+    """A transactional producer commits and aborts rounds of updates to a few keys: once
+    cleaned, a read_uncommitted reader finds the aborted values gone (but in batches that
+    end a segment, which stay whole so that the segment keeps its end offset; markers
+    stay, offsets keep their gaps) and each key's latest committed value, which no
+    aborted value written after it removed."""
+    c = make_cluster(1, settings=("log.retention.check.interval.ms=200",))
+    topic = "compacted-transactions"
+    c.create_topic(topic, partitions=1, configs={
+        "cleanup.policy": "compact", "segment.bytes": "16384", "min.cleanable.dirty.ratio": "0.01"})
+    c.wait_topic(topic, 1)
+    p = ck.Producer({"bootstrap.servers": c.node(1).kafka, "transactional.id": "compaction-txn", "linger.ms": 2})
+    p.init_transactions(60)
+    pad = b"x" * 100
+    keys = [f"k{i}".encode() for i in range(10)]
+    rounds = 30
+    for r in range(rounds):
+        for outcome in ("committed", "aborted"):
+            p.begin_transaction()
+            for k in keys:
+                p.produce(topic, key=k, value=f"{outcome}-{r}-".encode() + pad, partition=0)
+            assert p.flush(30) == 0  # sent before an abort: librdkafka purges what it has not sent
+            if outcome == "committed":
+                p.commit_transaction(30)
+            else:
+                p.abort_transaction(30)
+    # Another committed round seals the last aborted one below the last stable offset.
+    p.begin_transaction()
+    for k in keys:
+        p.produce(topic, key=k, value=b"final-" + pad, partition=0)
+    p.commit_transaction(30)
+    # A plain record last, where a reader knows it has read everything (a marker is never read).
+    produce(c.node(1).kafka, topic, [(b"sentinel", b"end")])
+
+    def cleaned():
+        _, _, got = read_all(c.node(1).kafka, topic, **{"isolation.level": "read_uncommitted"})
+        aborted = sum(1 for _, _, v in got if v and v.startswith(b"aborted"))
+        return got if aborted <= rounds * len(keys) // 4 else None
+
+    got = harness.wait_for("most aborted records to be cleaned away", 90, cleaned, interval=0.5)
+    latest = {k: v for _, k, v in got}
+    assert latest == {**{k: b"final-" + pad for k in keys}, b"sentinel": b"end"}, "each key's latest committed value"
+    assert len(got) < rounds * len(keys), "superseded committed values went too"
+    offsets = [o for o, _, _ in got]
+    assert offsets == sorted(set(offsets)), "offsets go up"
     c.check_alive()

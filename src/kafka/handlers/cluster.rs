@@ -50,11 +50,12 @@ pub fn describe(
 pub async fn init_producer_id(
     ctx: &NodeContext,
     request: InitProducerIdRequest,
+    version: i16,
     client: &Client,
 ) -> InitProducerIdResponse {
     let base = InitProducerIdResponse::default().with_producer_id(ProducerId(-1)).with_producer_epoch(-1);
     if let Some(id) = request.transactional_id.as_ref().filter(|t| !t.0.is_empty()) {
-        return match super::txn::init_producer_id(ctx, &request, id.0.as_str(), client).await {
+        return match super::txn::init_producer_id(ctx, &request, version, id.0.as_str(), client).await {
             Ok((producer_id, epoch)) => base.with_producer_id(ProducerId(producer_id)).with_producer_epoch(epoch),
             Err(e) => base.with_error_code(e.code()),
         };

@@ -57,6 +57,7 @@ fn may_write(ctx: &NodeContext, client: &Client, id: &str) -> bool {
 pub async fn init_producer_id(
     ctx: &NodeContext,
     request: &InitProducerIdRequest,
+    version: i16,
     id: &str,
     client: &Client,
 ) -> Result<(i64, i16), ResponseError> {
@@ -75,7 +76,18 @@ pub async fn init_producer_id(
         })?),
         false => None,
     };
-    ctx.txns.init_producer_id(partition, id, request.transaction_timeout_ms, new_producer_id).await
+    // (v3+) The producer the client says it is, when it has one.
+    let current = (request.producer_id.0 >= 0).then_some((request.producer_id.0, request.producer_epoch));
+    let answer =
+        ctx.txns.init_producer_id(partition, id, request.transaction_timeout_ms, new_producer_id, current).await;
+    // PRODUCER_FENCED came with v4 (KIP-588).
+    answer.map_err(|e| {
+        if version < 4 && e == ResponseError::ProducerFenced {
+            ResponseError::InvalidProducerEpoch
+        } else {
+            e
+        }
+    })
 }
 
 pub async fn add_partitions(
