@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Set-up for the tests that drive Strom with the reference Java client
-# (tests/kafka/test_java_client.py): Maven copies kafka-clients and its
-# dependencies, as pinned in tests/jvm/pom.xml, into target/jvm/lib, with its
+# Set-up for the tests that drive Strom with the reference Java client, Kafka's
+# tools and Kafka Streams (tests/kafka/test_java_client.py, test_kafka_tools.py,
+# test_java_transactions.py, test_streams_eos.py): Maven copies kafka-clients,
+# kafka-tools, kafka-streams and their dependencies, as pinned in
+# tests/jvm/pom.xml, into target/jvm/lib, with its
 # own repository cache in target/jvm/m2. Idempotent: does nothing when the
 # jars for the current pom are there. Strom itself needs no JVM.
 #

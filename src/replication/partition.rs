@@ -896,14 +896,10 @@ impl Partition {
         self.state().producers.has_open_txn(producer_id, epoch)
     }
 
-    /// On the leader: the producers whose batches it remembers
-    /// (DescribeProducers).
-    pub fn active_producers(&self) -> Result<Vec<ActiveProducer>, PartitionError> {
-        let st = self.state();
-        if !st.is_leader {
-            return Err(PartitionError::NotLeader);
-        }
-        Ok(st.producers.active())
+    /// The producers whose batches this replica remembers (DescribeProducers):
+    /// a follower knows them too, from what it replicated, as in Kafka.
+    pub fn active_producers(&self) -> Vec<ActiveProducer> {
+        self.state().producers.active()
     }
 
     pub fn offsets(&self) -> PartitionOffsets {
@@ -1658,7 +1654,7 @@ mod tests {
         };
         assert!(snapshots(&dir.path().join("t-0")) >= 3, "a snapshot at each roll");
         let before = p.read(0, 1 << 20, true, -1, None, true).expect("read");
-        let producers = p.active_producers().expect("leader");
+        let producers = p.active_producers();
         drop(p);
         let p = open(&config);
         let after = p.read(0, 1 << 20, true, -1, None, true).expect("read");
@@ -1667,7 +1663,7 @@ mod tests {
             (before.last_stable_offset, before.aborted.clone())
         );
         assert_eq!(after.last_stable_offset, 0, "producer 7's transaction is still open");
-        assert_eq!(p.active_producers().expect("leader"), producers);
+        assert_eq!(p.active_producers(), producers);
         assert_eq!(
             code_of(p.append_as_leader(&build_idempotent_batch(1, 9, 0, 0), true)),
             Ok(4),
