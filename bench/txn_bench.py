@@ -34,8 +34,11 @@ import confluent_kafka as ck  # noqa: E402
 MB = 1_000_000
 
 
+LINGER_MS = 5
+
+
 def producer(bootstrap, transactional):
-    conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+    conf = {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": LINGER_MS,
             "batch.size": 1 << 20, "queue.buffering.max.messages": 1_000_000}
     if transactional:
         conf["transactional.id"] = f"bench-{uuid.uuid4()}"
@@ -104,7 +107,8 @@ def latency_run(bootstrap, topic, partitions, rate, seconds, size, per_txn):
         while len(latencies) < total and not done.is_set():
             for m in c.consume(num_messages=1000, timeout=0.005):
                 if m.error() is None:
-                    latencies.append((time.monotonic() - struct.unpack(">d", m.value()[:8])[0]) * 1000)
+                    sent = struct.unpack(">d", m.value()[:8])[0]
+                    latencies.append((sent, (time.monotonic() - sent) * 1000))
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -131,7 +135,8 @@ def latency_run(bootstrap, topic, partitions, rate, seconds, size, per_txn):
     reader.join(timeout=60)
     done.set()
     c.close()
-    return latencies
+    # The first second is left out: the consumer's first fetches are still settling.
+    return [ms for sent, ms in latencies if sent >= started + 1]
 
 
 def main():
@@ -143,8 +148,11 @@ def main():
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--per-txn", type=int, default=100)
     ap.add_argument("--rate", type=int, default=2000, help="records/s of the latency runs")
-    ap.add_argument("--seconds", type=float, default=10, help="length of each latency run")
+    ap.add_argument("--seconds", type=float, default=10, help="length of each latency run (the first second is not counted)")
+    ap.add_argument("--linger-ms", type=int, default=5, help="the producers' linger.ms")
     args = ap.parse_args()
+    global LINGER_MS
+    LINGER_MS = args.linger_ms
     with tempfile.TemporaryDirectory(prefix="strom-txn-bench-") as d:
         cluster = harness.start(d, n=args.nodes, binary=args.binary, rust_log="warn")
         try:
