@@ -71,8 +71,8 @@ pub struct ProduceInFlight {
 /// Validates and appends every partition's batches. Called in request order
 /// on the connection's reader, so pipelined produce requests are appended in
 /// the order they were sent; only the acks=all wait runs concurrently.
-/// Appends as leader; `unverified` partitions (a transaction's batches its
-/// coordinator did not confirm, see `txn::verify_produce`) get their code.
+/// `unverified` partitions (a transaction's first batches there, which its
+/// coordinator did not confirm: `txn::verify_produce`) get their error code.
 pub fn append(
     ctx: &NodeContext,
     request: ProduceRequest,
