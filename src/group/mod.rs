@@ -61,6 +61,10 @@ struct Shard {
     leader_epoch: i32,
     loaded: bool,
     groups: HashMap<String, Group>,
+    /// Transactions whose marker reached the partition while it was being
+    /// loaded (producer id, committed), applied once it is: the load may
+    /// have read the log before the marker was written.
+    ended_while_loading: Vec<(i64, bool)>,
 }
 
 /// Records appended to a partition of `__consumer_offsets` as its leader,
@@ -358,7 +362,12 @@ impl GroupCoordinator {
             });
             for (&index, &epoch) in &led {
                 if let std::collections::hash_map::Entry::Vacant(e) = shards.entry(index) {
-                    e.insert(Shard { leader_epoch: epoch, loaded: false, groups: HashMap::new() });
+                    e.insert(Shard {
+                        leader_epoch: epoch,
+                        loaded: false,
+                        groups: HashMap::new(),
+                        ended_while_loading: Vec::new(),
+                    });
                     to_load.push((index, epoch));
                 }
             }
@@ -459,6 +468,10 @@ impl GroupCoordinator {
                 tracing::debug!(partition = index, leader_epoch = epoch, "coordinating an empty partition");
             }
             shard.groups = loaded;
+            for (producer_id, commit) in std::mem::take(&mut shard.ended_while_loading) {
+                shard.groups.values_mut().for_each(|g| g.end_txn(producer_id, commit));
+            }
+            shard.groups.retain(|_, g| !g.is_unused());
             shard.loaded = true;
         }
     }
@@ -763,6 +776,10 @@ impl GroupCoordinator {
     pub fn end_txn(&self, partition: i32, producer_id: i64, commit: bool) {
         let mut shards = self.shards();
         let Some(shard) = shards.get_mut(&partition) else { return };
+        if !shard.loaded {
+            shard.ended_while_loading.push((producer_id, commit));
+            return;
+        }
         for g in shard.groups.values_mut() {
             g.end_txn(producer_id, commit);
         }

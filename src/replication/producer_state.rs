@@ -74,6 +74,10 @@ struct ProducerEntry {
     txn_first_offset: Option<i64>,
     /// Transactions ended lately: (first offset, marker offset), oldest first.
     ended: VecDeque<(i64, i64)>,
+    /// The sequence expected next when a truncation cut every batch
+    /// remembered: the first one cut (its predecessor, too old to be kept,
+    /// ended just before it). Cleared by the next batch.
+    resume_seq: Option<i32>,
 }
 
 impl Default for ProducerEntry {
@@ -85,6 +89,7 @@ impl Default for ProducerEntry {
             coordinator_epoch: -1,
             txn_first_offset: None,
             ended: VecDeque::new(),
+            resume_seq: None,
         }
     }
 }
@@ -94,6 +99,7 @@ impl ProducerEntry {
     fn set_epoch(&mut self, epoch: i16) {
         if epoch != self.epoch {
             self.batches.clear();
+            self.resume_seq = None;
             self.epoch = epoch;
         }
     }
@@ -173,7 +179,7 @@ impl ProducerStateMap {
         if let Some(b) = entry.batches.iter().find(|b| b.first_seq == first_seq && b.last_seq == last_seq) {
             return SeqCheck::Duplicate(*b);
         }
-        let expected = entry.batches.back().map_or(0, |b| next_seq(b.last_seq));
+        let expected = entry.batches.back().map_or(entry.resume_seq.unwrap_or(0), |b| next_seq(b.last_seq));
         if first_seq == expected {
             SeqCheck::Append
         } else {
@@ -219,6 +225,7 @@ impl ProducerStateMap {
         let entry = self.entry(producer_id);
         entry.set_epoch(epoch);
         entry.batches.push_back(batch);
+        entry.resume_seq = None;
         while entry.batches.len() > BATCHES_KEPT {
             entry.batches.pop_front();
         }
@@ -312,7 +319,16 @@ impl ProducerStateMap {
     /// are open again.
     pub fn truncate_to(&mut self, offset: i64) {
         for entry in self.producers.values_mut() {
+            // Sequences of one epoch follow on: when every batch remembered
+            // is cut, the producer goes on from the first one cut, not from 0
+            // (a librdkafka producer told OUT_OF_ORDER_SEQUENCE_NUMBER fails
+            // for good; found by the fault harness, seed 1).
+            let first_cut = entry.batches.iter().find(|b| b.last_offset >= offset).map(|b| b.first_seq);
             entry.batches.retain(|b| b.last_offset < offset);
+            if entry.batches.is_empty() {
+                // (A producer's first batches cut: it starts over at 0 anyway.)
+                entry.resume_seq = first_cut.filter(|seq| *seq > 0).or(entry.resume_seq);
+            }
             if entry.txn_first_offset.is_some_and(|first| first >= offset) {
                 entry.txn_first_offset = None;
             }
@@ -322,7 +338,7 @@ impl ProducerStateMap {
                 }
             }
         }
-        self.producers.retain(|_, e| !e.batches.is_empty() || e.txn_first_offset.is_some());
+        self.producers.retain(|_, e| !e.batches.is_empty() || e.txn_first_offset.is_some() || e.resume_seq.is_some());
         self.open = self.producers.iter().filter_map(|(id, e)| e.txn_first_offset.map(|first| (first, *id))).collect();
         self.unreplicated.retain(|&marker, _| marker < offset);
     }
@@ -525,7 +541,11 @@ mod tests {
         s.truncate_to(8);
         assert_eq!(s.check(1, 0, 8, 8), SeqCheck::Append);
         s.truncate_to(0);
-        assert!(s.is_empty());
+        assert_eq!(s.check(1, 0, 5, 5), SeqCheck::Append, "it goes on from the first batch it remembered");
+        let mut fresh = ProducerStateMap::default();
+        fresh.record(2, 0, meta(0, 0, 0), false);
+        fresh.truncate_to(0);
+        assert!(fresh.is_empty(), "a producer whose first batch is cut is forgotten");
     }
 
     const COMMIT: EndTxnMarker = EndTxnMarker { commit: true, coordinator_epoch: 0 };
@@ -597,6 +617,24 @@ mod tests {
             CompletedTxn { producer_id: 5, first_offset: 0, last_offset: 2, aborted: true, last_stable_offset: 3 };
         assert_eq!(ended, vec![txn]);
         assert_eq!(s.first_unstable_offset(3), None);
+    }
+
+    #[test]
+    fn a_producer_whose_remembered_batches_are_all_cut_goes_on_from_the_first_cut() {
+        let mut s = ProducerStateMap::default();
+        for i in 0..10 {
+            s.record(1, 0, meta(i, i, 100 + i as i64), false);
+        }
+        // Only seq 5..9 (offsets 105..109) are remembered; the leader loses them all.
+        s.truncate_to(105);
+        assert_eq!(s.check(1, 0, 5, 5), SeqCheck::Append, "the retry of the first cut batch");
+        assert_eq!(s.check(1, 0, 7, 7), SeqCheck::OutOfOrder { expected: 5, got: 7 });
+        assert_eq!(s.check(1, 1, 0, 0), SeqCheck::Append, "a new epoch starts at 0");
+        s.record(1, 0, meta(5, 5, 105), false);
+        assert_eq!(s.check(1, 0, 6, 6), SeqCheck::Append);
+        // Cut again, below where the batches began: still from the first cut.
+        s.truncate_to(90);
+        assert_eq!(s.check(1, 0, 5, 5), SeqCheck::Append);
     }
 
     #[test]

@@ -502,6 +502,9 @@ impl TransactionCoordinator {
                 }
             }
             if !self.write_markers(partition, coordinator_epoch, &prepared).await {
+                // Not the coordinator any more (the shard is gone), or fenced
+                // by a newer epoch: the timeout check tries again later.
+                self.release(partition, &id);
                 return;
             }
             let completed = state::complete(&prepared, wall_ms());
@@ -521,14 +524,19 @@ impl TransactionCoordinator {
                     // The markers are in; a new coordinator (or this one after
                     // a reload) writes them again harmlessly and completes it.
                     tracing::warn!(transactional_id = %id, error = ?e, "storing a completed transaction failed");
-                    let _ = self.with_entry(partition, &id, |entry, _| {
-                        entry.busy = false;
-                        Ok(())
-                    });
-                    self.idle.notify_waiters();
+                    self.release(partition, &id);
                 }
             }
         });
+    }
+
+    /// `id` is no longer busy (what it was busy with gave up).
+    fn release(&self, partition: i32, id: &str) {
+        let _ = self.with_entry(partition, id, |entry, _| {
+            entry.busy = false;
+            Ok(())
+        });
+        self.idle.notify_waiters();
     }
 
     /// Whether this broker still coordinates `partition` at `epoch`.
@@ -813,13 +821,22 @@ impl TransactionCoordinator {
         }
     }
 
-    /// Aborts, at a bumped epoch, every transaction open past its timeout.
+    /// Aborts, at a bumped epoch, every transaction open past its timeout,
+    /// and finishes again any left between Prepare and Complete (its
+    /// Complete state could not be stored).
     fn abort_timed_out(self: &Arc<Self>) {
         let now = wall_ms();
         let mut aborts = Vec::new();
+        let mut unfinished = Vec::new();
         {
             let mut shards = self.shards();
             for (&index, shard) in shards.iter_mut().filter(|(_, s)| s.loaded) {
+                for entry in shard.txns.values_mut().filter(|e| !e.busy) {
+                    if let Some(prepared) = entry.meta.clone().filter(|m| m.state.is_preparing()) {
+                        entry.busy = true;
+                        unfinished.push((index, shard.leader_epoch, prepared));
+                    }
+                }
                 for (id, entry) in shard.txns.iter_mut().filter(|(_, e)| !e.busy) {
                     let Some(meta) = entry.meta.as_ref().filter(|m| state::timed_out(m, now)) else { continue };
                     let prepared = state::abort_with_bumped_epoch(meta, now);
@@ -839,6 +856,9 @@ impl TransactionCoordinator {
         }
         for (index, epoch, prepared, appended) in aborts {
             self.clone().spawn_end(index, epoch, prepared, Some(appended));
+        }
+        for (index, epoch, prepared) in unfinished {
+            self.clone().spawn_end(index, epoch, prepared, None);
         }
     }
 }
