@@ -1,7 +1,8 @@
 //! The transaction coordinator's APIs: InitProducerId with a transactional
-//! id, AddPartitionsToTxn (v0–v3, a producer's own requests),
+//! id, AddPartitionsToTxn (v0–v3 from producers, v4 between brokers),
 //! AddOffsetsToTxn, EndTxn, DescribeTransactions and ListTransactions, and
-//! TxnOffsetCommit, which the group's coordinator answers. Each
+//! TxnOffsetCommit, which the group's coordinator answers; and the check a
+//! partition leader makes before a transaction's first batches (KIP-890). Each
 //! checks the ACLs Kafka checks (WRITE on the transactional id; WRITE on the
 //! topics added; READ on the group of AddOffsetsToTxn; DESCRIBE to see a
 //! transaction), finds the id's `__transaction_state` partition, which must
@@ -26,8 +27,10 @@ use crate::node::NodeContext;
 use crate::security::acl::{Operation, ResourceType};
 use crate::txn::{TopicPartition, TRANSACTION_TOPIC};
 
-/// The `__transaction_state` partition of `id`, if this broker leads it.
+/// The `__transaction_state` partition of `id`, if this broker leads it
+/// (and is in touch with the controller, as for groups).
 fn coordinated_here(ctx: &NodeContext, id: &str) -> Result<i32, ResponseError> {
+    super::groups::coordinating(ctx)?;
     let image = ctx.quorum.image();
     if !image.topics.contains_key(TRANSACTION_TOPIC) {
         return Err(ResponseError::NotCoordinator);
