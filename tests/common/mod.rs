@@ -16,11 +16,39 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_strom");
 /// Settings that make failure detection quick in tests.
 pub const FAST: &[&str] = &["broker.heartbeat.interval.ms=200", "broker.session.timeout.ms=1500"];
 
-/// Free loopback ports: bound once to learn them, then released.
+/// The lowest port of the kernel's ephemeral range (`ip_local_port_range`).
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768)
+}
+
+/// Free loopback ports, bound once to learn they are free, then released.
+/// Chosen at random below the kernel's ephemeral range: a port from that
+/// range, once its node is killed, can be taken by the local end of any
+/// outgoing connection (another test's client) before the node restarts on
+/// it ("Address already in use", seen in CI).
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> =
-        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port")).collect();
-    listeners.iter().map(|l| l.local_addr().expect("local addr").port()).collect()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    let low = 10_000u16;
+    let high = ephemeral_low().max(low + 1000);
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id()) << 32;
+    let mut x = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) ^ seed;
+    let mut held: Vec<TcpListener> = Vec::with_capacity(n);
+    while held.len() < n {
+        // xorshift64*
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        let port = low + (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 33) as u16 % (high - low);
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+        }
+    }
+    held.iter().map(|l| l.local_addr().expect("local addr").port()).collect()
 }
 
 /// Polls `f` until it returns `Some`, or panics after `timeout` naming `what`.

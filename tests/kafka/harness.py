@@ -28,20 +28,39 @@ def strom_bin():
 _HANDED_OUT = set()  # every port free_ports() has returned in this process
 
 
+def _ephemeral_low():
+    """The lowest port of the kernel's ephemeral range (ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_ports(n):
-    """Free loopback ports: bound once to learn them, then released. Never one it
-    returned before in this process: two calls in a row (a cluster's main ports, then
-    its extra listeners) would otherwise get the same released port back."""
+    """Free loopback ports: bound once to learn them, then released. Chosen at random
+    below the kernel's ephemeral range: a port from that range, once its node is killed,
+    can be taken by the local end of any outgoing connection before the node restarts on
+    it ("Address already in use", seen in CI). Never one it returned before in this
+    process: two calls in a row (a cluster's main ports, then its extra listeners) would
+    otherwise risk the same port."""
+    import random
+    low, high = 10000, max(_ephemeral_low(), 11000)
     socks, ports = [], []
     try:
         while len(ports) < n:
+            port = random.randrange(low, high)
+            if port in _HANDED_OUT:
+                continue
             s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            if port not in _HANDED_OUT:
-                _HANDED_OUT.add(port)
-                ports.append(port)
+            _HANDED_OUT.add(port)
+            ports.append(port)
         return ports
     finally:
         for s in socks:
