@@ -621,31 +621,8 @@ impl GroupCoordinator {
         let now = Instant::now();
         let simple = auth.generation < 0 && auth.member_id.is_empty();
         let max_metadata = self.settings.int("offset.metadata.max.bytes").unwrap_or(4096).max(0) as usize;
-        let mut results: Vec<Option<ResponseError>> = vec![None; commits.len()];
-        let mut to_write = Vec::new();
         let timestamp = wall_ms();
-        for (i, c) in commits.iter().enumerate() {
-            if c.metadata.len() > max_metadata {
-                results[i] = Some(ResponseError::OffsetMetadataTooLarge);
-                continue;
-            }
-            to_write.push(i);
-        }
-        let records: Vec<(Bytes, Option<Bytes>)> = to_write
-            .iter()
-            .map(|&i| {
-                let c = &commits[i];
-                let key =
-                    RecordKey::Offset { group: group_id.to_string(), topic: c.topic.clone(), partition: c.partition };
-                let value = OffsetValue {
-                    offset: c.offset,
-                    leader_epoch: c.leader_epoch,
-                    metadata: c.metadata.clone(),
-                    commit_timestamp: timestamp,
-                };
-                (key.encode(), Some(value.encode()))
-            })
-            .collect();
+        let (mut results, to_write, records) = commit_records(group_id, &commits, max_metadata, timestamp);
         let checked = self.with_group(partition, group_id, simple, |g| {
             g.check_commit(&auth, now)?;
             Ok((!records.is_empty()).then(|| self.append(partition, records)))
@@ -724,27 +701,8 @@ impl GroupCoordinator {
         let now = Instant::now();
         let simple = auth.generation < 0 && auth.member_id.is_empty();
         let max_metadata = self.settings.int("offset.metadata.max.bytes").unwrap_or(4096).max(0) as usize;
-        let results: Vec<Option<ResponseError>> = commits
-            .iter()
-            .map(|c| (c.metadata.len() > max_metadata).then_some(ResponseError::OffsetMetadataTooLarge))
-            .collect();
         let timestamp = wall_ms();
-        let to_write: Vec<usize> = (0..commits.len()).filter(|&i| results[i].is_none()).collect();
-        let records: Vec<(Bytes, Option<Bytes>)> = to_write
-            .iter()
-            .map(|&i| {
-                let c = &commits[i];
-                let key =
-                    RecordKey::Offset { group: group_id.to_string(), topic: c.topic.clone(), partition: c.partition };
-                let value = OffsetValue {
-                    offset: c.offset,
-                    leader_epoch: c.leader_epoch,
-                    metadata: c.metadata.clone(),
-                    commit_timestamp: timestamp,
-                };
-                (key.encode(), Some(value.encode()))
-            })
-            .collect();
+        let (results, to_write, records) = commit_records(group_id, &commits, max_metadata, timestamp);
         if records.is_empty() {
             return Ok(results);
         }
@@ -920,6 +878,35 @@ impl GroupCoordinator {
         });
         Ok(results)
     }
+}
+
+/// One answer per commit, the indexes of the commits to write, their records.
+type CommitRecords = (Vec<Option<ResponseError>>, Vec<usize>, Vec<(Bytes, Option<Bytes>)>);
+
+/// What an (Txn)OffsetCommit writes: one answer per commit (metadata over
+/// `max_metadata` bytes is OFFSET_METADATA_TOO_LARGE), the commits to write,
+/// and their records, stamped `timestamp`.
+fn commit_records(group_id: &str, commits: &[OffsetCommit], max_metadata: usize, timestamp: i64) -> CommitRecords {
+    let results: Vec<Option<ResponseError>> = commits
+        .iter()
+        .map(|c| (c.metadata.len() > max_metadata).then_some(ResponseError::OffsetMetadataTooLarge))
+        .collect();
+    let to_write: Vec<usize> = (0..commits.len()).filter(|&i| results[i].is_none()).collect();
+    let records = to_write
+        .iter()
+        .map(|&i| {
+            let c = &commits[i];
+            let key = RecordKey::Offset { group: group_id.to_string(), topic: c.topic.clone(), partition: c.partition };
+            let value = OffsetValue {
+                offset: c.offset,
+                leader_epoch: c.leader_epoch,
+                metadata: c.metadata.clone(),
+                commit_timestamp: timestamp,
+            };
+            (key.encode(), Some(value.encode()))
+        })
+        .collect();
+    (results, to_write, records)
 }
 
 /// Offsets of transactions not ended (yet) in a load, by producer id: the

@@ -1184,7 +1184,8 @@ impl Partition {
             log_start_offset: st.log.log_start_offset(),
             log_end_offset: st.log.log_end_offset(),
             joins_isr,
-            last_stable_offset: Self::last_stable_offset(&mut st),
+            // (Only consumers are told; a follower's read needs no LSO.)
+            last_stable_offset: if replica.is_none() { Self::last_stable_offset(&mut st) } else { st.high_watermark },
             aborted,
         })
     }

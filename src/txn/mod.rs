@@ -262,40 +262,42 @@ impl TransactionCoordinator {
                         .collect(),
                 ),
         ]);
-        let tls = self.tls.as_ref().map(strom_raft::tls::NodeTls::client);
-        let client_id = format!("strom-txn-verify-{}", self.broker_id);
-        let answer = async {
-            let mut conn = KafkaConnection::connect(addr, &client_id, tls.as_ref()).await?;
-            conn.send(&request, 4, WRITE_TIMEOUT).await
-        };
-        let response = match answer.await {
+        let response = match self.send_to_broker(addr, "verify", &request, 4, WRITE_TIMEOUT).await {
             Ok(r) => r,
-            Err(e) => {
-                tracing::debug!(addr, error = %e, "transaction verification failed");
-                return partitions.iter().map(|_| Some(ResponseError::NetworkException)).collect();
-            }
+            Err(e) => return partitions.iter().map(|_| Some(e)).collect(),
         };
         if let Some(e) = ResponseError::try_from_code(response.error_code) {
             return partitions.iter().map(|_| Some(e)).collect();
         }
-        let codes: HashMap<(String, i32), i16> = response
-            .results_by_transaction
-            .iter()
-            .flat_map(|r| r.topic_results.iter())
-            .flat_map(|t| {
-                t.results_by_partition
-                    .iter()
-                    .map(move |p| ((t.name.0.to_string(), p.partition_index), p.partition_error_code))
-            })
-            .collect();
-        partitions
-            .iter()
-            .map(|tp| match codes.get(tp) {
-                Some(0) => None,
-                Some(&code) => ResponseError::try_from_code(code).or(Some(ResponseError::UnknownServerError)),
-                None => Some(ResponseError::UnknownServerError),
-            })
-            .collect()
+        let codes = response.results_by_transaction.iter().flat_map(|r| r.topic_results.iter()).flat_map(|t| {
+            t.results_by_partition
+                .iter()
+                .map(move |p| ((t.name.0.to_string(), p.partition_index), p.partition_error_code))
+        });
+        answers_by_partition(partitions, codes.collect())
+    }
+
+    /// Sends `request` to the broker at `addr` over a connection of its own
+    /// (mutual TLS on an SSL inter-broker listener); a failure to reach it
+    /// is NETWORK_EXCEPTION.
+    async fn send_to_broker<R: kafka_protocol::protocol::Request>(
+        &self,
+        addr: &str,
+        purpose: &str,
+        request: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<R::Response, ResponseError> {
+        let tls = self.tls.as_ref().map(strom_raft::tls::NodeTls::client);
+        let client_id = format!("strom-txn-{purpose}-{}", self.broker_id);
+        let answer = async {
+            let mut conn = KafkaConnection::connect(addr, &client_id, tls.as_ref()).await?;
+            conn.send(request, version, timeout).await
+        };
+        answer.await.map_err(|e| {
+            tracing::debug!(addr, purpose, error = %e, "a request to another broker failed; retried");
+            ResponseError::NetworkException
+        })
     }
 
     /// Whether InitProducerId for `id` needs a fresh producer id.
@@ -664,33 +666,15 @@ impl TransactionCoordinator {
                     })
                     .collect(),
             )]);
-        let tls = self.tls.as_ref().map(strom_raft::tls::NodeTls::client);
-        let client_id = format!("strom-txn-markers-{}", self.broker_id);
-        let answer = async {
-            let mut conn = KafkaConnection::connect(addr, &client_id, tls.as_ref()).await?;
-            conn.send(&request, 1, MARKER_TIMEOUT).await
-        };
-        let response = match answer.await {
+        let response = match self.send_to_broker(addr, "markers", &request, 1, MARKER_TIMEOUT).await {
             Ok(r) => r,
-            Err(e) => {
-                tracing::debug!(addr, error = %e, "WriteTxnMarkers failed; retrying");
-                return partitions.iter().map(|_| Some(ResponseError::NetworkException)).collect();
-            }
+            Err(e) => return partitions.iter().map(|_| Some(e)).collect(),
         };
-        let codes: HashMap<(String, i32), i16> = response
-            .markers
-            .iter()
-            .flat_map(|m| m.topics.iter())
-            .flat_map(|t| t.partitions.iter().map(move |p| ((t.name.0.to_string(), p.partition_index), p.error_code)))
-            .collect();
-        partitions
-            .iter()
-            .map(|tp| match codes.get(tp) {
-                Some(0) => None,
-                Some(&code) => ResponseError::try_from_code(code).or(Some(ResponseError::UnknownServerError)),
-                None => Some(ResponseError::UnknownServerError),
-            })
-            .collect()
+        let codes =
+            response.markers.iter().flat_map(|m| m.topics.iter()).flat_map(|t| {
+                t.partitions.iter().map(move |p| ((t.name.0.to_string(), p.partition_index), p.error_code))
+            });
+        answers_by_partition(partitions, codes.collect())
     }
 
     /// Follows leadership of `__transaction_state` partitions and aborts
@@ -861,6 +845,22 @@ impl TransactionCoordinator {
             self.clone().spawn_end(index, epoch, prepared, None);
         }
     }
+}
+
+/// Each partition's answer from another broker's per-partition error codes
+/// (a partition it did not answer for is UNKNOWN_SERVER_ERROR).
+fn answers_by_partition(
+    partitions: &[TopicPartition],
+    codes: HashMap<(String, i32), i16>,
+) -> Vec<Option<ResponseError>> {
+    partitions
+        .iter()
+        .map(|tp| match codes.get(tp) {
+            Some(0) => None,
+            Some(&code) => ResponseError::try_from_code(code).or(Some(ResponseError::UnknownServerError)),
+            None => Some(ResponseError::UnknownServerError),
+        })
+        .collect()
 }
 
 /// Folds one record of `__transaction_state` into what a load has seen.
