@@ -32,9 +32,11 @@
 //! Transactions: a pass cleans only below the last stable offset, where
 //! every transaction is decided. The records of an aborted transaction
 //! supersede nothing and go (but in a segment's last batch); a committed
-//! transaction's records are cleaned like any others. Markers stay.
+//! transaction's records are cleaned like any others. A marker goes once
+//! no record of its transaction is left and its segment is past the
+//! tombstone horizon, as in Kafka.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -139,6 +141,8 @@ pub struct RewrittenSegment {
     /// Each original's base offset, end and size, checked again before the swap.
     pub(super) replaces: Vec<(i64, i64, u64)>,
     pub(super) size_after: u64,
+    /// The offsets of the transaction markers it no longer holds.
+    pub(super) removed_markers: Vec<i64>,
 }
 
 /// What the cleaner learned from the cleanable part of a log.
@@ -150,6 +154,8 @@ struct OffsetMap {
     last_batch_of: HashMap<i64, i64>,
     /// The aborted transactions' offset ranges (first batch to marker), by producer.
     aborted: HashMap<i64, Vec<(i64, i64)>>,
+    /// Transaction markers that go in this pass (their offsets): see [`Markers`].
+    removable_markers: HashSet<i64>,
 }
 
 impl OffsetMap {
@@ -276,8 +282,15 @@ fn clean_batch(batch: &Bytes, map: &OffsetMap, last_in_segment: bool, drop_tombs
     let header = BatchHeader::parse(batch)?;
     let producer = header.producer_id();
     let producers_last = producer >= 0 && map.last_batch_of.get(&producer) == Some(&header.base_offset());
-    if last_in_segment || producers_last || header.is_control() {
+    if last_in_segment || producers_last {
         return Ok(Outcome::Whole);
+    }
+    if header.is_control() {
+        return Ok(if map.removable_markers.contains(&header.base_offset()) {
+            Outcome::Dropped
+        } else {
+            Outcome::Whole
+        });
     }
     if map.is_aborted(&header) {
         return Ok(Outcome::Dropped);
@@ -311,6 +324,42 @@ fn restore_log_append_time(batch: &mut [u8], append_time: i64) {
     batch[CRC_COVERED_FROM - 4..CRC_COVERED_FROM].copy_from_slice(&crc.to_be_bytes());
 }
 
+/// Which transaction markers a pass removes, decided batch by batch in
+/// offset order from the start of the log (Kafka's rule): a marker goes
+/// once no record of its transaction is left, and its segment is past the
+/// tombstone horizon (`delete.retention.ms`), so a consumer that read the
+/// transaction's records in time also read its marker.
+#[derive(Debug, Default)]
+struct Markers {
+    /// Producers whose current transaction still has records after cleaning.
+    retained: HashSet<i64>,
+    removable: HashSet<i64>,
+}
+
+impl Markers {
+    /// Notes one batch and what cleaning does to it; true when the batch is
+    /// a marker that goes.
+    fn see(&mut self, header: &BatchHeader<'_>, outcome: &Outcome, last_in_segment: bool, past_horizon: bool) -> bool {
+        let producer = header.producer_id();
+        if !header.is_transactional() || producer < 0 {
+            return false;
+        }
+        if !header.is_control() {
+            if !matches!(outcome, Outcome::Dropped) {
+                self.retained.insert(producer);
+            }
+            return false;
+        }
+        // A marker ends its producer's transaction either way.
+        let had_records = self.retained.remove(&producer);
+        if had_records || last_in_segment || !past_horizon {
+            return false;
+        }
+        self.removable.insert(header.base_offset());
+        true
+    }
+}
+
 /// Step 2 of a pass, without the partition's lock (see the module's doc).
 /// `stopping` ends a throttled pass early, with an error.
 pub fn clean(plan: &CompactionPlan, now: SystemTime, stopping: &dyn Fn() -> bool) -> Result<CompactionResult> {
@@ -330,30 +379,40 @@ pub fn clean(plan: &CompactionPlan, now: SystemTime, stopping: &dyn Fn() -> bool
     // Not create_dir_all: a partition deleted meanwhile must not come back.
     fs::create_dir(&plan.scratch)?;
     let retention = Duration::from_millis(plan.config.delete_retention_ms);
+    let drop_tombstones = |segment: &PlannedSegment| {
+        segment.modified.and_then(|m| now.duration_since(m).ok()).is_some_and(|age| age > retention)
+    };
+    let last_in_segment = |segment: &PlannedSegment, batch: &Bytes| {
+        BatchHeader::parse(batch).map(|h| h.last_offset() + 1 >= segment.next_offset).unwrap_or(true)
+    };
+    // Which segments lose something, and which markers go: one read of
+    // every segment in order (a marker's fate depends on what became of its
+    // transaction's records before it).
+    let mut markers = Markers::default();
+    let mut loses = HashSet::new();
+    for segment in &plan.segments {
+        for_each_batch(segment, |batch| {
+            throttle.spend(batch.len())?;
+            let last = last_in_segment(segment, &batch);
+            let outcome = clean_batch(&batch, &map, last, drop_tombstones(segment))?;
+            let marker_goes = markers.see(&BatchHeader::parse(&batch)?, &outcome, last, drop_tombstones(segment));
+            if marker_goes || !matches!(outcome, Outcome::Whole) {
+                loses.insert(segment.base_offset);
+            }
+            Ok(())
+        })?;
+    }
+    map.removable_markers = markers.removable;
     let mut rewritten = Vec::new();
     for group in merge_groups(&plan.segments, &plan.config) {
-        let drop_tombstones = |segment: &PlannedSegment| {
-            segment.modified.and_then(|m| now.duration_since(m).ok()).is_some_and(|age| age > retention)
-        };
-        let last_in_segment = |segment: &PlannedSegment, batch: &Bytes| {
-            BatchHeader::parse(batch).map(|h| h.last_offset() + 1 >= segment.next_offset).unwrap_or(true)
-        };
         if let [segment] = group {
-            // Alone: rewritten only if it loses something, which a first read decides.
-            let mut loses = false;
-            for_each_batch(segment, |batch| {
-                throttle.spend(batch.len())?;
-                if !loses {
-                    let last = last_in_segment(segment, &batch);
-                    loses = !matches!(clean_batch(&batch, &map, last, drop_tombstones(segment))?, Outcome::Whole);
-                }
-                Ok(())
-            })?;
-            if !loses {
+            // Alone: rewritten only if it loses something.
+            if !loses.contains(&segment.base_offset) {
                 continue;
             }
         }
         let base_offset = group[0].base_offset;
+        let mut removed_markers = Vec::new();
         let mut fresh = LogSegment::create(&plan.scratch, base_offset, &plan.config, 0)?;
         for segment in group {
             for_each_batch(segment, |batch| {
@@ -361,7 +420,13 @@ pub fn clean(plan: &CompactionPlan, now: SystemTime, stopping: &dyn Fn() -> bool
                 let last = last_in_segment(segment, &batch);
                 let out = match clean_batch(&batch, &map, last, drop_tombstones(segment))? {
                     Outcome::Whole => batch.to_vec(),
-                    Outcome::Dropped => return Ok(()),
+                    Outcome::Dropped => {
+                        let header = BatchHeader::parse(&batch)?;
+                        if header.is_control() {
+                            removed_markers.push(header.base_offset());
+                        }
+                        return Ok(());
+                    }
                     Outcome::Rewritten(encoded) => encoded,
                 };
                 throttle.spend(out.len())?;
@@ -381,6 +446,7 @@ pub fn clean(plan: &CompactionPlan, now: SystemTime, stopping: &dyn Fn() -> bool
             base_offset,
             replaces: group.iter().map(|s| (s.base_offset, s.next_offset, s.size_bytes)).collect(),
             size_after,
+            removed_markers,
         });
     }
     Ok(CompactionResult { scratch: plan.scratch.clone(), end: plan.end, truncations: plan.truncations, rewritten })
@@ -581,5 +647,74 @@ mod tests {
         );
         assert!(matches!(clean_batch(&committed, &map, false, false).expect("cleans"), Outcome::Whole));
         assert!(matches!(clean_batch(&later_aborted, &map, false, false).expect("cleans"), Outcome::Dropped));
+    }
+
+    #[test]
+    fn a_marker_goes_once_its_transaction_has_no_records_left_and_its_segment_is_old() {
+        let txn = |offset: i64, producer_id, key| {
+            let r = Record {
+                transactional: true,
+                producer_id,
+                producer_epoch: 0,
+                sequence: offset as i32,
+                ..record(offset, key, Some("v"))
+            };
+            encoded(&[r], Compression::None)
+        };
+        let marker = |offset: i64, producer_id, commit| {
+            let mut raw = crate::log::txn::encode_marker(
+                producer_id,
+                0,
+                crate::log::txn::EndTxnMarker { commit, coordinator_epoch: 0 },
+                0,
+            )
+            .expect("encodes");
+            raw[..8].copy_from_slice(&offset.to_be_bytes());
+            Bytes::from(raw)
+        };
+        // Producer 8 commits k (superseded later), 7 commits j (kept), 9
+        // aborts, 6 commits m (superseded later). 6 and 8 write again after
+        // their markers: a producer's last batch stays whole.
+        let log = [
+            txn(0, 8, "k"),
+            marker(1, 8, true),
+            txn(2, 7, "j"),
+            marker(3, 7, true),
+            txn(4, 9, "a"),
+            marker(5, 9, false),
+            txn(6, 6, "m"),
+            marker(7, 6, true),
+            batch(&[(8, "k", Some("new")), (9, "m", Some("new"))]),
+            txn(10, 6, "n"),
+            txn(11, 8, "p"),
+        ];
+        let decide = |last: Option<i64>, past_horizon: bool| {
+            let mut map = OffsetMap::with_aborted(&[AbortedTxn {
+                producer_id: 9,
+                first_offset: 4,
+                last_offset: 5,
+                last_stable_offset: 6,
+            }]);
+            for b in &log {
+                map.note(b, i64::MAX).expect("notes");
+            }
+            let mut markers = Markers::default();
+            for b in &log {
+                let header = BatchHeader::parse(b).expect("parses");
+                let is_last = Some(header.base_offset()) == last;
+                let outcome = clean_batch(b, &map, is_last, past_horizon).expect("cleans");
+                markers.see(&header, &outcome, is_last, past_horizon);
+            }
+            map.removable_markers = markers.removable;
+            map
+        };
+        let map = decide(None, true);
+        let mut gone: Vec<i64> = map.removable_markers.iter().copied().collect();
+        gone.sort_unstable();
+        assert_eq!(gone, vec![1, 5, 7], "7 kept j: its marker stays");
+        assert!(matches!(clean_batch(&log[1], &map, false, true).expect("cleans"), Outcome::Dropped));
+        assert!(matches!(clean_batch(&log[3], &map, false, true).expect("cleans"), Outcome::Whole));
+        assert!(decide(None, false).removable_markers.is_empty(), "younger than delete.retention.ms: all stay");
+        assert!(!decide(Some(1), true).removable_markers.contains(&1), "a segment's last batch stays");
     }
 }

@@ -821,6 +821,7 @@ impl PartitionLog {
     /// the number of segments swapped.
     pub fn install_compacted(&mut self, result: CompactionResult, now_ms: i64) -> Result<usize> {
         let mut swapped = 0;
+        let mut removed_markers = std::collections::HashSet::new();
         if result.truncations == self.truncations {
             let active_base = self.active().base_offset();
             for r in &result.rewritten {
@@ -859,8 +860,10 @@ impl PartitionLog {
                 let bytes_before: u64 = r.replaces.iter().map(|&(_, _, size)| size).sum();
                 info!(topic = %self.topic, partition = self.partition, base_offset = r.base_offset,
                     segments = r.replaces.len(), bytes_before, bytes_after = r.size_after, "compacted log segment");
+                removed_markers.extend(r.removed_markers.iter().copied());
                 swapped += 1;
             }
+            self.aborted.forget_markers(&removed_markers);
             if result.end > self.compacted_up_to {
                 self.compacted_up_to = result.end;
                 super::checkpoint::write_atomic(

@@ -99,7 +99,7 @@ pub fn encode_marker(producer_id: i64, producer_epoch: i16, marker: EndTxnMarker
 }
 
 /// One aborted transaction of a partition (Kafka's `AbortedTxn`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct AbortedTxn {
     pub producer_id: i64,
     /// The offset of the transaction's first batch in this partition.
@@ -144,6 +144,13 @@ impl AbortedTxns {
 
     pub fn clear(&mut self) {
         self.entries.clear();
+    }
+
+    /// Compaction removed the markers at `markers`: their transactions have
+    /// no records left either, and a reader told of one would skip its
+    /// producer's batches until a marker that is no longer there.
+    pub fn forget_markers(&mut self, markers: &std::collections::HashSet<i64>) {
+        self.entries.retain(|t| !markers.contains(&t.last_offset));
     }
 
     pub fn entries(&self) -> &[AbortedTxn] {

@@ -1353,11 +1353,23 @@ impl Partition {
         };
         if let Some(plan) = plan {
             let result = crate::log::compaction::clean(&plan, std::time::SystemTime::now(), stopping);
+            // The writer lock too: a snapshot taken at a roll meanwhile must
+            // not bring back an aborted transaction whose marker went.
+            let _writer = self.writer();
             let mut st = self.state();
             match result {
                 Ok(_) if st.removed => {}
                 Ok(result) => {
+                    let aborted_before = st.log.aborted_txns().len();
                     st.log.install_compacted(result, wall_ms())?;
+                    if st.log.aborted_txns().len() != aborted_before {
+                        let current: std::collections::HashSet<_> = st.log.aborted_txns().iter().copied().collect();
+                        let dir = st.log.dir().to_path_buf();
+                        if let Err(e) = producer_snapshot::retain_aborted(&dir, |t| current.contains(t)) {
+                            tracing::warn!(topic = %self.topic, partition = self.index, error = %e,
+                                "rewriting producer snapshots after compaction failed");
+                        }
+                    }
                 }
                 Err(e) => {
                     tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "compaction failed");

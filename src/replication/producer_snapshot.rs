@@ -96,6 +96,24 @@ pub fn load_latest(dir: &Path, log_end: i64) -> Option<(i64, ProducerSnapshot)> 
     None
 }
 
+/// Drops from every snapshot the aborted transactions `keep` refuses
+/// (compaction removed their markers), rewriting only the snapshots that
+/// change; an unreadable one is left to be skipped at the next start.
+pub fn retain_aborted(dir: &Path, keep: impl Fn(&AbortedTxn) -> bool) -> io::Result<()> {
+    for offset in offsets(dir)? {
+        let Ok(mut snapshot) = fs::read(path(dir, offset)).map_err(|e| e.to_string()).and_then(|b| decode(&b)) else {
+            continue;
+        };
+        let before = snapshot.aborted.len();
+        snapshot.aborted.retain(&keep);
+        if snapshot.aborted.len() != before {
+            let encoded = encode(&snapshot).ok_or_else(|| io::Error::other("encoding a producer snapshot failed"))?;
+            write(dir, offset, &encoded)?;
+        }
+    }
+    Ok(())
+}
+
 /// Deletes the snapshots past `offset` (the log was truncated to it).
 pub fn delete_after(dir: &Path, offset: i64) {
     for o in offsets(dir).unwrap_or_default().into_iter().filter(|o| *o > offset) {

@@ -4,11 +4,14 @@ superseded record, and a consumer reading from the beginning then sees each key'
 latest value at its own offset, the tombstone of a deleted key, and nothing that
 retention would have removed (compact alone keeps every segment, as in Kafka). The
 producer keeps producing afterwards: its last batches stay whole."""
+import glob
+import os
 import time
 
 import confluent_kafka as ck
 
 import harness
+import wire
 from clients import confluent_consumer, confluent_producer
 
 KEYS = 20
@@ -145,4 +148,92 @@ def test_compaction_removes_aborted_records_and_cleans_committed_ones(make_clust
     assert len(got) < rounds * len(keys), "superseded committed values went too"
     offsets = [o for o, _, _ in got]
     assert offsets == sorted(set(offsets)), "offsets go up"
+    c.check_alive()
+
+
+def control_batches(addr, topic):
+    """How many control batches (transaction markers) partition 0 holds, read raw with
+    Fetch from its start to its high watermark."""
+    offset, markers = 0, 0
+    while True:
+        err, hw, records = wire.fetch(addr, topic, 0, offset)
+        assert err == 0, wire.error_name(err)
+        batches = wire.batch_attributes(records)
+        markers += sum(1 for _, _, attributes in batches if attributes & 0x20)
+        if not batches or offset >= hw:
+            return markers
+        offset = batches[-1][0] + batches[-1][1]
+        if offset >= hw:
+            return markers
+
+
+def test_compaction_removes_the_markers_of_transactions_with_no_records_left(make_cluster):
+    """Committed rounds superseded by later ones, and aborted rounds: once cleaned and past
+    delete.retention.ms, their markers go too (Kafka's rule), but the marker of the round
+    whose values are still there stays. No transaction looks open afterwards, also to a
+    broker that rebuilds its producer state by reading the log (snapshots deleted)."""
+    c = make_cluster(1, settings=("log.retention.check.interval.ms=200",))
+    topic = "compacted-markers"
+    c.create_topic(topic, partitions=1, configs={
+        "cleanup.policy": "compact", "segment.bytes": "16384", "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "500"})
+    c.wait_topic(topic, 1)
+    addr, wire_addr = c.node(1).kafka, c.node(1).kafka_addr
+    p = ck.Producer({"bootstrap.servers": addr, "transactional.id": "compaction-markers", "linger.ms": 2})
+    p.init_transactions(60)
+    pad = b"x" * 100
+    keys = [f"k{i}".encode() for i in range(10)]
+    rounds = 20
+    for r in range(rounds + 1):
+        for outcome in ("committed", "aborted") if r < rounds else ("committed",):
+            p.begin_transaction()
+            for k in keys:
+                p.produce(topic, key=k, value=f"{outcome}-{r}-".encode() + pad, partition=0)
+            assert p.flush(30) == 0
+            if outcome == "committed":
+                p.commit_transaction(30)
+            else:
+                p.abort_transaction(30)
+    written = 2 * rounds + 1
+    assert control_batches(wire_addr, topic) == written
+
+    def fewer_markers():
+        # A new segment of one plain key (incompressible: the producer compresses) keeps
+        # the cleaner passing over the log.
+        produce(addr, topic, [(b"filler", os.urandom(1000)) for _ in range(20)])
+        n = control_batches(wire_addr, topic)
+        return n if n <= written // 4 else None
+
+    left = harness.wait_for("most markers to be cleaned away", 90, fewer_markers, interval=0.5)
+    assert left >= 1, "the last committed round's values are there: its marker stays"
+
+    def lso_is_hw():
+        _, hw, lso, _, _ = wire.fetch_isolated(wire_addr, topic, 0, 0, max_bytes=1024, isolation_level=1)
+        return hw > 0 and lso == hw
+
+    assert lso_is_hw(), "no transaction open"
+
+    def committed_values():
+        _, _, got = read_all(addr, topic, **{"isolation.level": "read_committed"})
+        return {k: v for _, k, v in got if k in keys}
+
+    # A read_committed reader is not told of an aborted transaction whose marker went (it
+    # would skip the producer's later batches, waiting for that marker).
+    assert committed_values() == {k: b"committed-20-" + pad for k in keys}
+    # Nor after a restart that reads the producer snapshots back...
+    c.kill(1)
+    c.launch(1)
+    c.wait_ready()
+    c.wait_topic(topic, 1)
+    harness.wait_for("the restarted node to answer with its last stable offset", 60, lso_is_hw)
+    assert committed_values() == {k: b"committed-20-" + pad for k in keys}
+    # ...or one that rebuilds the producer state from the log alone.
+    c.kill(1)
+    for snapshot in glob.glob(os.path.join(c.node(1).data_dir, "**", "*.snapshot"), recursive=True):
+        os.remove(snapshot)
+    c.launch(1)
+    c.wait_ready()
+    c.wait_topic(topic, 1)
+    harness.wait_for("the restarted node to answer with its last stable offset", 60, lso_is_hw)
+    assert committed_values() == {k: b"committed-20-" + pad for k in keys}
     c.check_alive()

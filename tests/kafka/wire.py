@@ -275,6 +275,23 @@ def batch_headers(records_bytes):
     return out
 
 
+
+def batch_attributes(records_bytes):
+    """[(base_offset, offsets covered, attributes)] of the batches in a records blob (a
+    trailing partial batch is ignored); attributes bit 0x20 marks a control batch."""
+    out = []
+    pos = 0
+    data = records_bytes or b""
+    while pos + 61 <= len(data):
+        base_offset, length = struct.unpack_from(">qi", data, pos)
+        if pos + 12 + length > len(data):
+            break
+        attributes = struct.unpack_from(">h", data, pos + 21)[0]
+        last_offset_delta = struct.unpack_from(">i", data, pos + 23)[0]
+        out.append((base_offset, last_offset_delta + 1, attributes))
+        pos += 12 + length
+    return out
+
 # ---- Produce / Fetch ----------------------------------------------------------------------
 
 def produce(addr, topic, partition, batch, acks=-1, timeout_ms=10000, version=3, transactional_id=None):
