@@ -346,6 +346,18 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "how often transactions open past their timeout are looked for and aborted",
     ),
     def(
+        "transactional.id.expiration.ms",
+        Some("604800000"),
+        int(1, I32_MAX),
+        "a transactional id with no transaction open and no request for this long is forgotten",
+    ),
+    def(
+        "transaction.remove.expired.transaction.cleanup.interval.ms",
+        Some("3600000"),
+        int(1, I32_MAX),
+        "how often expired transactional ids are looked for and removed",
+    ),
+    def(
         "group.initial.rebalance.delay.ms",
         Some("3000"),
         int(0, I32_MAX),

@@ -39,7 +39,7 @@ use crate::config::Settings;
 use crate::group::{GroupCoordinator, OFFSETS_TOPIC};
 use crate::log::compaction::{encode_batch, plain_record};
 use crate::log::txn::EndTxnMarker;
-use crate::replication::client::KafkaConnection;
+use crate::replication::client::{ClientError, KafkaConnection};
 use crate::replication::partition::{CommitWait, PartitionError};
 use crate::replication::ReplicaManager;
 pub use state::{TopicPartition, TxnMeta, TxnState};
@@ -60,6 +60,9 @@ const MARKER_RETRY: Duration = Duration::from_millis(200);
 /// backoff): a producer's next transaction usually begins while the last
 /// one's markers are being written.
 const BUSY_WAIT: Duration = Duration::from_secs(2);
+/// Connections to another broker kept for the next verification or
+/// markers (one per request in flight to it, up to this many).
+const KEPT_CONNECTIONS: usize = 8;
 
 /// One transactional id: its stored metadata (`None` until the first write
 /// commits) and whether a write or markers are in flight.
@@ -101,6 +104,8 @@ pub struct TransactionCoordinator {
     shards: Mutex<HashMap<i32, Shard>>,
     /// Woken whenever an id stops being busy (or a shard goes).
     idle: tokio::sync::Notify,
+    /// Idle connections to other brokers, by address.
+    connections: Mutex<HashMap<String, Vec<KafkaConnection>>>,
 }
 
 fn write_error(e: &PartitionError) -> ResponseError {
@@ -130,6 +135,7 @@ impl TransactionCoordinator {
             groups,
             shards: Mutex::new(HashMap::new()),
             idle: tokio::sync::Notify::new(),
+            connections: Mutex::new(HashMap::new()),
         }
     }
 
@@ -277,9 +283,13 @@ impl TransactionCoordinator {
         answers_by_partition(partitions, codes.collect())
     }
 
-    /// Sends `request` to the broker at `addr` over a connection of its own
-    /// (mutual TLS on an SSL inter-broker listener); a failure to reach it
-    /// is NETWORK_EXCEPTION.
+    /// Sends `request` to the broker at `addr` (mutual TLS on an SSL
+    /// inter-broker listener), over a connection kept from an earlier
+    /// request when there is one; a failure to reach it is
+    /// NETWORK_EXCEPTION. A kept connection the other end has closed
+    /// meanwhile is replaced by a new one once (both requests are safe to
+    /// repeat: a verification reads, and a marker already in is answered
+    /// as written).
     async fn send_to_broker<R: kafka_protocol::protocol::Request>(
         &self,
         addr: &str,
@@ -288,16 +298,43 @@ impl TransactionCoordinator {
         version: i16,
         timeout: Duration,
     ) -> Result<R::Response, ResponseError> {
-        let tls = self.tls.as_ref().map(strom_raft::tls::NodeTls::client);
-        let client_id = format!("strom-txn-{purpose}-{}", self.broker_id);
-        let answer = async {
-            let mut conn = KafkaConnection::connect(addr, &client_id, tls.as_ref()).await?;
-            conn.send(request, version, timeout).await
+        let kept = self.connections.lock().unwrap_or_else(|e| e.into_inner()).get_mut(addr).and_then(Vec::pop);
+        let answer = match kept {
+            Some(mut conn) => match conn.send(request, version, timeout).await {
+                Ok(response) => Ok((conn, response)),
+                Err(ClientError::Io(_)) => self.send_on_new_connection(addr, request, version, timeout).await,
+                Err(e) => Err(e),
+            },
+            None => self.send_on_new_connection(addr, request, version, timeout).await,
         };
-        answer.await.map_err(|e| {
-            tracing::debug!(addr, purpose, error = %e, "a request to another broker failed; retried");
-            ResponseError::NetworkException
-        })
+        match answer {
+            Ok((conn, response)) => {
+                let mut kept = self.connections.lock().unwrap_or_else(|e| e.into_inner());
+                let conns = kept.entry(addr.to_string()).or_default();
+                if conns.len() < KEPT_CONNECTIONS {
+                    conns.push(conn);
+                }
+                Ok(response)
+            }
+            Err(e) => {
+                tracing::debug!(addr, purpose, error = %e, "a request to another broker failed; retried");
+                Err(ResponseError::NetworkException)
+            }
+        }
+    }
+
+    async fn send_on_new_connection<R: kafka_protocol::protocol::Request>(
+        &self,
+        addr: &str,
+        request: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<(KafkaConnection, R::Response), ClientError> {
+        let tls = self.tls.as_ref().map(strom_raft::tls::NodeTls::client);
+        let client_id = format!("strom-txn-{}", self.broker_id);
+        let mut conn = KafkaConnection::connect(addr, &client_id, tls.as_ref()).await?;
+        let response = conn.send(request, version, timeout).await?;
+        Ok((conn, response))
     }
 
     /// Whether InitProducerId for `id` needs a fresh producer id.
@@ -431,8 +468,13 @@ impl TransactionCoordinator {
     /// Called with the shards lock held, so an id's records reach the log
     /// in the order they were decided.
     fn append(&self, partition: i32, id: &str, meta: &TxnMeta) -> Result<Appended, ResponseError> {
+        self.append_value(partition, id, Some(records::encode_value(meta)))
+    }
+
+    /// Appends `id`'s record (a tombstone when `value` is `None`).
+    fn append_value(&self, partition: i32, id: &str, value: Option<Bytes>) -> Result<Appended, ResponseError> {
         let p = self.replicas.get(TRANSACTION_TOPIC, partition).ok_or(ResponseError::NotCoordinator)?;
-        let record = plain_record(0, Some(records::encode_key(id)), Some(records::encode_value(meta)), wall_ms());
+        let record = plain_record(0, Some(records::encode_key(id)), value, wall_ms());
         let batch = encode_batch(vec![record]).ok_or(ResponseError::UnknownServerError)?;
         let appended = p.append_as_leader(&batch, true).map_err(|e| write_error(&e))?;
         Ok(Appended { partition, last_offset: appended.last_offset, leader_epoch: appended.leader_epoch })
@@ -573,30 +615,34 @@ impl TransactionCoordinator {
             let addrs: HashMap<i32, String> =
                 by_leader.keys().filter_map(|b| Some((*b, image.brokers.get(b)?.kafka.clone()))).collect();
             drop(image);
-            for (leader, partitions) in by_leader {
-                let results = if leader == self.broker_id {
-                    self.write_local_markers(prepared, marker, &partitions).await
-                } else {
-                    match addrs.get(&leader) {
-                        Some(addr) => self.write_remote_markers(addr, prepared, marker, &partitions).await,
-                        None => partitions.iter().map(|_| Some(ResponseError::NotLeaderOrFollower)).collect(),
+            // Every leader at once, so a transaction ends in one round trip
+            // to the slowest rather than the sum of them.
+            let rounds = by_leader.into_iter().map(|(leader, partitions)| {
+                let addr = addrs.get(&leader);
+                async move {
+                    let results = if leader == self.broker_id {
+                        self.write_local_markers(prepared, marker, &partitions).await
+                    } else {
+                        match addr {
+                            Some(addr) => self.write_remote_markers(addr, prepared, marker, &partitions).await,
+                            None => partitions.iter().map(|_| Some(ResponseError::NotLeaderOrFollower)).collect(),
+                        }
+                    };
+                    partitions.into_iter().zip(results).collect::<Vec<_>>()
+                }
+            });
+            for (tp, result) in futures_util::future::join_all(rounds).await.into_iter().flatten() {
+                match result {
+                    None | Some(ResponseError::UnknownTopicOrPartition) => {}
+                    Some(e @ (ResponseError::InvalidProducerEpoch | ResponseError::TransactionCoordinatorFenced)) => {
+                        tracing::warn!(transactional_id = %prepared.transactional_id, topic = %tp.0,
+                            partition = tp.1, error = ?e, "a newer producer or coordinator wrote markers; stopping");
+                        return false;
                     }
-                };
-                for (tp, result) in partitions.into_iter().zip(results) {
-                    match result {
-                        None | Some(ResponseError::UnknownTopicOrPartition) => {}
-                        Some(
-                            e @ (ResponseError::InvalidProducerEpoch | ResponseError::TransactionCoordinatorFenced),
-                        ) => {
-                            tracing::warn!(transactional_id = %prepared.transactional_id, topic = %tp.0,
-                                partition = tp.1, error = ?e, "a newer producer or coordinator wrote markers; stopping");
-                            return false;
-                        }
-                        Some(e) => {
-                            tracing::debug!(transactional_id = %prepared.transactional_id, topic = %tp.0,
-                                partition = tp.1, error = ?e, "transaction marker not written yet; retrying");
-                            next_round.push(tp);
-                        }
+                    Some(e) => {
+                        tracing::debug!(transactional_id = %prepared.transactional_id, topic = %tp.0,
+                            partition = tp.1, error = ?e, "transaction marker not written yet; retrying");
+                        next_round.push(tp);
                     }
                 }
             }
@@ -615,28 +661,25 @@ impl TransactionCoordinator {
         marker: EndTxnMarker,
         partitions: &[TopicPartition],
     ) -> Vec<Option<ResponseError>> {
-        let mut out = Vec::with_capacity(partitions.len());
-        for (topic, index) in partitions {
-            let Some(p) = self.replicas.get(topic, *index) else {
-                out.push(Some(ResponseError::NotLeaderOrFollower));
-                continue;
-            };
-            let written = match p.append_marker(prepared.producer_id, prepared.producer_epoch, marker) {
-                Ok(w) => match p.wait_for_commit(w.last_offset, w.leader_epoch, MARKER_TIMEOUT).await {
-                    CommitWait::Committed => {
-                        if topic == OFFSETS_TOPIC {
-                            self.groups.end_txn(*index, prepared.producer_id, marker.commit);
-                        }
-                        None
+        // Appended to each partition first, then waited for together.
+        let waits = partitions.iter().map(|(topic, index)| async move {
+            let p = self.replicas.get(topic, *index).ok_or(ResponseError::NotLeaderOrFollower)?;
+            let w = p.append_marker(prepared.producer_id, prepared.producer_epoch, marker).map_err(|e| {
+                ResponseError::try_from_code(crate::kafka::handlers::partition_error_code(&e))
+                    .unwrap_or(ResponseError::UnknownServerError)
+            })?;
+            match p.wait_for_commit(w.last_offset, w.leader_epoch, MARKER_TIMEOUT).await {
+                CommitWait::Committed => {
+                    if topic == OFFSETS_TOPIC {
+                        self.groups.end_txn(*index, prepared.producer_id, marker.commit);
                     }
-                    CommitWait::TimedOut => Some(ResponseError::RequestTimedOut),
-                    CommitWait::NotLeader => Some(ResponseError::NotLeaderOrFollower),
-                },
-                Err(e) => ResponseError::try_from_code(crate::kafka::handlers::partition_error_code(&e)),
-            };
-            out.push(written);
-        }
-        out
+                    Ok(())
+                }
+                CommitWait::TimedOut => Err(ResponseError::RequestTimedOut),
+                CommitWait::NotLeader => Err(ResponseError::NotLeaderOrFollower),
+            }
+        });
+        futures_util::future::join_all(waits).await.into_iter().map(Result::err).collect()
     }
 
     /// Markers sent with WriteTxnMarkers to the broker at `addr`.
@@ -687,6 +730,12 @@ impl TransactionCoordinator {
         );
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let expire_every = Duration::from_millis(
+            self.settings.int("transaction.remove.expired.transaction.cleanup.interval.ms").unwrap_or(3_600_000).max(10)
+                as u64,
+        );
+        let mut expire_tick = tokio::time::interval(expire_every);
+        expire_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         self.follow_leadership();
         loop {
             tokio::select! {
@@ -695,6 +744,7 @@ impl TransactionCoordinator {
                     self.follow_leadership();
                 }
                 _ = tick.tick() => self.abort_timed_out(),
+                _ = expire_tick.tick() => self.remove_expired(),
                 _ = shutdown.changed() => break,
             }
         }
@@ -843,6 +893,60 @@ impl TransactionCoordinator {
         }
         for (index, epoch, prepared) in unfinished {
             self.clone().spawn_end(index, epoch, prepared, None);
+        }
+    }
+
+    /// Forgets the transactional ids idle for `transactional.id.expiration.ms`
+    /// (see [`state::expired`]): a tombstone for each is stored, and the id
+    /// goes once it commits. A later InitProducerId for it starts afresh.
+    fn remove_expired(self: &Arc<Self>) {
+        let now = wall_ms();
+        let expiration = self.settings.int("transactional.id.expiration.ms").unwrap_or(604_800_000);
+        let mut removals = Vec::new();
+        {
+            let mut shards = self.shards();
+            for (&index, shard) in shards.iter_mut().filter(|(_, s)| s.loaded) {
+                for (id, entry) in shard.txns.iter_mut().filter(|(_, e)| !e.busy) {
+                    let Some(meta) = entry.meta.as_ref().filter(|m| state::expired(m, now, expiration)) else {
+                        continue;
+                    };
+                    match self.append_value(index, id, None) {
+                        Ok(appended) => {
+                            entry.busy = true;
+                            tracing::info!(transactional_id = %id, producer_id = meta.producer_id,
+                                "forgetting a transactional id idle past transactional.id.expiration.ms");
+                            removals.push((id.clone(), meta.clone(), appended));
+                        }
+                        Err(e) => {
+                            tracing::warn!(transactional_id = %id, error = ?e, "expiring a transactional id failed")
+                        }
+                    }
+                }
+            }
+        }
+        for (id, meta, appended) in removals {
+            let this = self.clone();
+            tokio::spawn(async move {
+                let written = this.await_commit(appended).await;
+                {
+                    let mut shards = this.shards();
+                    if let Some(shard) =
+                        shards.get_mut(&appended.partition).filter(|s| s.leader_epoch == appended.leader_epoch)
+                    {
+                        match written {
+                            Ok(()) if shard.txns.get(&id).is_some_and(|e| e.meta.as_ref() == Some(&meta)) => {
+                                shard.txns.remove(&id);
+                            }
+                            _ => {
+                                if let Some(entry) = shard.txns.get_mut(&id) {
+                                    entry.busy = false;
+                                }
+                            }
+                        }
+                    }
+                }
+                this.idle.notify_waiters();
+            });
         }
     }
 }

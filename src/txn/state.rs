@@ -65,6 +65,13 @@ pub struct TxnMeta {
 /// keeps `Short.MaxValue` for fencing).
 const EPOCH_MAX: i16 = i16::MAX - 1;
 
+/// Whether `m` is forgotten (`transactional.id.expiration.ms`): no
+/// transaction open or ending, and no change for `expiration_ms`.
+pub fn expired(m: &TxnMeta, now_ms: i64, expiration_ms: i64) -> bool {
+    matches!(m.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort)
+        && now_ms.saturating_sub(m.update_ms) >= expiration_ms
+}
+
 /// Whether InitProducerId for `existing` needs a fresh producer id.
 pub fn needs_producer_id(existing: Option<&TxnMeta>) -> bool {
     existing.is_none_or(|m| m.producer_epoch >= EPOCH_MAX)
@@ -315,5 +322,18 @@ mod tests {
         assert!(timed_out(&m, 101 + 60_000));
         let aborted = abort_with_bumped_epoch(&m, 200_000);
         assert_eq!((aborted.state, aborted.producer_epoch), (TxnState::PrepareAbort, 1));
+    }
+
+    #[test]
+    fn only_an_idle_id_expires() {
+        let m = initialized();
+        assert!(!expired(&m, m.update_ms + 999, 1_000));
+        assert!(expired(&m, m.update_ms + 1_000, 1_000), "Empty and untouched");
+        let open = add_partitions(Some(&m), 7, 0, &[tp("a", 0)], 5).expect("adds").expect("writes");
+        assert!(!expired(&open, i64::MAX, 1_000), "a transaction is open");
+        let prepared = end(Some(&open), 7, 0, false, 6).expect("ends").expect("writes");
+        assert!(!expired(&prepared, i64::MAX, 1_000), "markers are being written");
+        let done = complete(&prepared, 7);
+        assert!(expired(&done, 1_007, 1_000) && !expired(&done, 1_006, 1_000));
     }
 }

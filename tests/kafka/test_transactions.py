@@ -16,6 +16,7 @@ import time
 
 import confluent_kafka as ck
 import kafka as kp
+import kafka.errors  # noqa: F401 (kp.errors)
 import pytest
 from kafka.structs import OffsetAndMetadata, TopicPartition as KpTopicPartition
 
@@ -348,6 +349,53 @@ def test_the_coordinator_aborts_a_transaction_past_its_timeout(make_cluster):
     assert read_to_sentinels(cluster.bootstrap, topic, 1, "read_committed") == {0: []}
     assert len(read_to_sentinels(cluster.bootstrap, topic, 1, "read_uncommitted")[0]) == 5
 
+
+
+def describe_state(bootstrap, txn_id):
+    """The id's state as its coordinator describes it (kafka-python's DescribeTransactions),
+    None when the coordinator answers TRANSACTIONAL_ID_NOT_FOUND."""
+    admin = kp.KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10000)
+    try:
+        return admin.describe_transactions([txn_id])[txn_id].state.value
+    except kp.errors.TransactionalIdNotFoundError:
+        return None
+    finally:
+        admin.close()
+
+
+def test_an_idle_transactional_id_expires(make_cluster):
+    """transactional.id.expiration.ms: an id with no transaction open and no request for
+    that long is forgotten (a tombstone in __transaction_state), so DescribeTransactions
+    answers TRANSACTIONAL_ID_NOT_FOUND, also after the coordinator restarts and reads the
+    partition back; a new producer with the id then starts afresh."""
+    cluster = make_cluster(1, FAST + ("transactional.id.expiration.ms=4000",
+                                      "transaction.remove.expired.transaction.cleanup.interval.ms=200"))
+    topic = new_topic(cluster, "txn-expiry")
+    p = txn_producer(cluster.bootstrap, "expiring-tx")
+    p.begin_transaction()
+    produce_flushed(p, topic, {0: [b"before"]})
+    p.commit_transaction(30)
+    assert describe_state(cluster.bootstrap, "expiring-tx") == "CompleteCommit"
+    wait_for("the idle id to be forgotten", 60, lambda: describe_state(cluster.bootstrap, "expiring-tx") is None)
+    cluster.kill(1)
+    cluster.launch(1)
+    cluster.wait_ready()
+
+    def reloaded_and_gone():
+        try:
+            return describe_state(cluster.bootstrap, "expiring-tx") is None
+        except (kp.errors.CoordinatorLoadInProgressError, kp.errors.NotCoordinatorError,
+                kp.errors.KafkaConnectionError, kp.errors.KafkaTimeoutError):
+            return False
+
+    wait_for("the restarted coordinator to have forgotten the id too", 60, reloaded_and_gone)
+    again = txn_producer(cluster.bootstrap, "expiring-tx")
+    again.begin_transaction()
+    produce_flushed(again, topic, {0: [b"after"]})
+    again.commit_transaction(30)
+    assert describe_state(cluster.bootstrap, "expiring-tx") == "CompleteCommit"
+    write_sentinels(cluster.bootstrap, topic, 1)
+    assert values_of(read_to_sentinels(cluster.bootstrap, topic, 1, "read_committed")) == {0: [b"before", b"after"]}
 
 def test_a_commit_survives_its_coordinators_death(cluster3):
     """The broker leading the transactional id's __transaction_state partition is
