@@ -14,9 +14,10 @@
 //!    latest offset, and write into a scratch directory beside the log each
 //!    segment that loses records, and each run of consecutive segments
 //!    small enough to merge into one.
-//! 3. Swap, under the lock ([`super::PartitionLog::install_compacted`]):
-//!    each written segment replaces its originals if they are still the
-//!    segments that were read.
+//! 3. Swap, under the lock, one segment at a time
+//!    ([`super::PartitionLog::install_compacted_segment`]): each written
+//!    segment replaces its originals if they are still the segments that
+//!    were read.
 //!
 //! What a segment keeps: every key's latest record, records without a key,
 //! control batches (transaction markers), each producer's last batch whole (its sequence and
@@ -131,6 +132,13 @@ pub struct CompactionResult {
     pub(super) end: i64,
     pub(super) truncations: u64,
     pub(super) rewritten: Vec<RewrittenSegment>,
+}
+
+impl CompactionResult {
+    /// How many segments the pass rewrote.
+    pub fn rewritten_len(&self) -> usize {
+        self.rewritten.len()
+    }
 }
 
 /// A segment written by a pass, to replace one or more consecutive

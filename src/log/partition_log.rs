@@ -814,69 +814,88 @@ impl PartitionLog {
         }))
     }
 
-    /// Step 3 of a compaction pass: swaps in the rewritten segments whose
-    /// originals are still the segments that were read (each is built
-    /// beside the log and fsynced; its indexes go first, so a crash in
-    /// between leaves a segment whose indexes are rebuilt on open). Returns
+    /// Step 3 of a compaction pass, at once: [`Self::install_compacted_segment`]
+    /// for each rewritten segment, then [`Self::finish_compaction`]. Returns
     /// the number of segments swapped.
     pub fn install_compacted(&mut self, result: CompactionResult, now_ms: i64) -> Result<usize> {
         let mut swapped = 0;
-        let mut removed_markers = std::collections::HashSet::new();
-        if result.truncations == self.truncations {
-            let active_base = self.active().base_offset();
-            for r in &result.rewritten {
-                let unchanged = r.replaces.iter().all(|&(base, next_offset, size)| {
-                    self.segments.get(&base).is_some_and(|s| {
-                        base != active_base && s.next_offset() == next_offset && s.size_bytes() == size
-                    })
-                });
-                if !unchanged {
-                    continue;
-                }
-                let name = |suffix| segment_file_name(r.base_offset, suffix);
-                for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                    match fs::remove_file(self.dir.join(name(suffix))) {
-                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                        _ => {}
-                    }
-                }
-                // The merged segment goes in first: a crash before the
-                // segments it covers are deleted leaves them overlapping it,
-                // and opening the log deletes them (see `load_segments`).
-                fs::rename(result.scratch.join(name(LOG_SUFFIX)), self.dir.join(name(LOG_SUFFIX)))?;
-                sync_dir(&self.dir)?;
-                for &(base, _, _) in &r.replaces[1..] {
-                    if let Some(merged) = self.segments.remove(&base) {
-                        merged.delete()?;
-                    }
-                }
-                for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                    fs::rename(result.scratch.join(name(suffix)), self.dir.join(name(suffix)))?;
-                }
-                sync_dir(&self.dir)?;
-                self.segments.remove(&r.base_offset);
-                let (reopened, _) = LogSegment::open_and_recover(&self.dir, r.base_offset, &self.config, now_ms)?;
-                self.segments.insert(r.base_offset, reopened);
-                let bytes_before: u64 = r.replaces.iter().map(|&(_, _, size)| size).sum();
-                info!(topic = %self.topic, partition = self.partition, base_offset = r.base_offset,
-                    segments = r.replaces.len(), bytes_before, bytes_after = r.size_after, "compacted log segment");
-                removed_markers.extend(r.removed_markers.iter().copied());
+        for i in 0..result.rewritten.len() {
+            if self.install_compacted_segment(&result, i, now_ms)? {
                 swapped += 1;
             }
-            self.aborted.forget_markers(&removed_markers);
-            if result.end > self.compacted_up_to {
-                self.compacted_up_to = result.end;
-                super::checkpoint::write_atomic(
-                    &self.dir.join(CLEANER_OFFSET_FILE),
-                    format!("{}\n", result.end).as_bytes(),
-                )?;
+        }
+        self.finish_compaction(result)?;
+        Ok(swapped)
+    }
+
+    /// Swaps in the `i`th segment a pass rewrote, if its originals are
+    /// still the segments that were read (it was built beside the log and
+    /// fsynced, its indexes with it; they go in after it, so a crash in
+    /// between leaves a segment whose indexes are rebuilt on open). The
+    /// caller may let go of the log between segments: each swap stands on
+    /// its own. Returns whether it was swapped.
+    pub fn install_compacted_segment(&mut self, result: &CompactionResult, i: usize, now_ms: i64) -> Result<bool> {
+        let Some(r) = result.rewritten.get(i) else { return Ok(false) };
+        if result.truncations != self.truncations {
+            return Ok(false);
+        }
+        let active_base = self.active().base_offset();
+        let unchanged = r.replaces.iter().all(|&(base, next_offset, size)| {
+            self.segments
+                .get(&base)
+                .is_some_and(|s| base != active_base && s.next_offset() == next_offset && s.size_bytes() == size)
+        });
+        if !unchanged {
+            return Ok(false);
+        }
+        let name = |suffix| segment_file_name(r.base_offset, suffix);
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            match fs::remove_file(self.dir.join(name(suffix))) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
             }
+        }
+        // The merged segment goes in first: a crash before the segments it
+        // covers are deleted leaves them overlapping it, and opening the log
+        // deletes them (see `load_segments`).
+        fs::rename(result.scratch.join(name(LOG_SUFFIX)), self.dir.join(name(LOG_SUFFIX)))?;
+        sync_dir(&self.dir)?;
+        for &(base, _, _) in &r.replaces[1..] {
+            if let Some(merged) = self.segments.remove(&base) {
+                merged.delete()?;
+            }
+        }
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            fs::rename(result.scratch.join(name(suffix)), self.dir.join(name(suffix)))?;
+        }
+        sync_dir(&self.dir)?;
+        self.segments.remove(&r.base_offset);
+        // Written and fsynced by the cleaner with its indexes: opened as a
+        // flushed segment, without reading it all again.
+        let (reopened, _) = LogSegment::open_clean(&self.dir, r.base_offset, &self.config, now_ms)?;
+        self.segments.insert(r.base_offset, reopened);
+        self.aborted.forget_markers(&r.removed_markers.iter().copied().collect());
+        let bytes_before: u64 = r.replaces.iter().map(|&(_, _, size)| size).sum();
+        info!(topic = %self.topic, partition = self.partition, base_offset = r.base_offset,
+            segments = r.replaces.len(), bytes_before, bytes_after = r.size_after, "compacted log segment");
+        Ok(true)
+    }
+
+    /// The end of a pass: notes where it got to (unless a truncation came
+    /// in between) and removes its scratch directory.
+    pub fn finish_compaction(&mut self, result: CompactionResult) -> Result<()> {
+        if result.truncations == self.truncations && result.end > self.compacted_up_to {
+            self.compacted_up_to = result.end;
+            super::checkpoint::write_atomic(
+                &self.dir.join(CLEANER_OFFSET_FILE),
+                format!("{}\n", result.end).as_bytes(),
+            )?;
         }
         match fs::remove_dir_all(&result.scratch) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
         }
-        Ok(swapped)
+        Ok(())
     }
 
     /// After a truncation: nothing at or past `offset` counts as cleaned.

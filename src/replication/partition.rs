@@ -30,6 +30,7 @@ use super::producer_state::{
 };
 use crate::clock::{mono_ms, wall_ms};
 use crate::log::batch::{split_record_set, BatchHeader};
+use crate::log::compaction::CompactionResult;
 use crate::log::partition_log::PreparedAppend;
 use crate::log::txn::{encode_marker, AbortedTxn, EndTxnMarker};
 use crate::log::validator::{RecordValidationError, Violation};
@@ -1342,6 +1343,37 @@ impl Partition {
         Ok(())
     }
 
+    /// Swaps in what a compaction pass wrote, one segment per hold of the
+    /// locks, so appends and reads wait for at most one segment's renames.
+    /// The writer lock is held too: a producer snapshot taken at a roll
+    /// meanwhile must not keep an aborted transaction whose marker went.
+    fn install_compacted(&self, result: CompactionResult) -> Result<(), LogError> {
+        let aborted_before = self.state().log.aborted_txns().len();
+        for i in 0..result.rewritten_len() {
+            let _writer = self.writer();
+            let mut st = self.state();
+            if st.removed {
+                return Ok(());
+            }
+            st.log.install_compacted_segment(&result, i, wall_ms())?;
+        }
+        let _writer = self.writer();
+        let mut st = self.state();
+        if st.removed {
+            return Ok(());
+        }
+        st.log.finish_compaction(result)?;
+        if st.log.aborted_txns().len() != aborted_before {
+            let current: std::collections::HashSet<_> = st.log.aborted_txns().iter().copied().collect();
+            let dir = st.log.dir().to_path_buf();
+            if let Err(e) = producer_snapshot::retain_aborted(&dir, |t| current.contains(t)) {
+                tracing::warn!(topic = %self.topic, partition = self.index, error = %e,
+                    "rewriting producer snapshots after compaction failed");
+            }
+        }
+        Ok(())
+    }
+
     /// Compaction (where `cleanup.policy` has it), then retention. Blocks
     /// on disk: call it off the async threads. Compaction reads and writes
     /// segments without the partition's lock (see [`crate::log::compaction`]).
@@ -1352,25 +1384,8 @@ impl Partition {
             st.log.plan_compaction(stable, wall_ms())?
         };
         if let Some(plan) = plan {
-            let result = crate::log::compaction::clean(&plan, std::time::SystemTime::now(), stopping);
-            // The writer lock too: a snapshot taken at a roll meanwhile must
-            // not bring back an aborted transaction whose marker went.
-            let _writer = self.writer();
-            let mut st = self.state();
-            match result {
-                Ok(_) if st.removed => {}
-                Ok(result) => {
-                    let aborted_before = st.log.aborted_txns().len();
-                    st.log.install_compacted(result, wall_ms())?;
-                    if st.log.aborted_txns().len() != aborted_before {
-                        let current: std::collections::HashSet<_> = st.log.aborted_txns().iter().copied().collect();
-                        let dir = st.log.dir().to_path_buf();
-                        if let Err(e) = producer_snapshot::retain_aborted(&dir, |t| current.contains(t)) {
-                            tracing::warn!(topic = %self.topic, partition = self.index, error = %e,
-                                "rewriting producer snapshots after compaction failed");
-                        }
-                    }
-                }
+            match crate::log::compaction::clean(&plan, std::time::SystemTime::now(), stopping) {
+                Ok(result) => self.install_compacted(result)?,
                 Err(e) => {
                     tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "compaction failed");
                 }
