@@ -1,8 +1,10 @@
 //! The consumer-group endpoints. Each broker knows only the groups it
 //! coordinates (`/v1/internal/groups`); the public endpoints ask every live
 //! broker and merge, then add log end offsets and lag from the partitions'
-//! leaders. Assignments are decoded from the consumer protocol's bytes, so
-//! the view shows what the clients' assignor (range, round robin, …) decided.
+//! leaders. A classic group's assignments are decoded from the consumer
+//! protocol's bytes, so the view shows what the clients' assignor (range,
+//! round robin, …) decided; a consumer-protocol group (KIP-848) shows the
+//! broker's assignor, each member's epoch, what it owns and its target.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use super::topics::leader_offsets;
 use super::{ApiResult, Ctx, HttpError};
 use crate::error::{ApiError, ErrorCode};
 use crate::group::assignment::decode_assignment;
+use crate::group::consumer::{Assignment, ConsumerGroup};
 use crate::node::NodeContext;
 
 /// The groups this broker coordinates, with members, decoded assignments
@@ -45,9 +48,13 @@ fn local_groups(ctx: &NodeContext) -> Vec<Value> {
                 })
                 .collect();
             let committed: Vec<(String, i32, i64)> = d.offsets.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect();
+            if let Some(c) = &d.consumer {
+                return consumer_group(&image, &d.group_id, d.state_name, c, committed);
+            }
             json!({
                 "group_id": d.group_id,
-                "state": d.state.name(),
+                "group_protocol": "classic",
+                "state": d.state_name,
                 "generation": d.generation,
                 "protocol_type": d.protocol_type,
                 "protocol": if d.protocol.is_empty() { Value::Null } else { json!(d.protocol) },
@@ -56,6 +63,61 @@ fn local_groups(ctx: &NodeContext) -> Vec<Value> {
             })
         })
         .collect()
+}
+
+/// `[{topic, partitions}]` of an assignment by topic id.
+fn named(image: &strom_raft::MetadataImage, a: Option<&Assignment>) -> Vec<Value> {
+    let names: BTreeMap<strom_raft::TopicId, &String> = image.topics.iter().map(|(n, t)| (t.topic_id, n)).collect();
+    a.into_iter()
+        .flatten()
+        .map(|(id, ps)| {
+            let topic = names.get(id).map_or_else(|| id.to_string(), |n| n.to_string());
+            json!({"topic": topic, "partitions": ps})
+        })
+        .collect()
+}
+
+/// A group of the consumer protocol (KIP-848): the broker's assignor, the
+/// group and assignment epochs, and per member its epoch, what it owns and
+/// its target. `generation` is the group epoch.
+fn consumer_group(
+    image: &strom_raft::MetadataImage,
+    id: &str,
+    state: &str,
+    c: &ConsumerGroup,
+    committed: Vec<(String, i32, i64)>,
+) -> Value {
+    let members: Vec<Value> = c
+        .members
+        .values()
+        .map(|m| {
+            json!({
+                "member_id": m.id,
+                "instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "host": m.client_host,
+                "member_epoch": m.epoch,
+                "member_state": m.state.name(),
+                "subscribed_topics": m.topics,
+                "subscribed_regex": m.regex,
+                "assignment": named(image, Some(&m.assigned)),
+                "revoking": named(image, Some(&m.revoking)),
+                "target_assignment": named(image, c.target.get(&m.id)),
+            })
+        })
+        .collect();
+    json!({
+        "group_id": id,
+        "group_protocol": "consumer",
+        "state": state,
+        "generation": c.group_epoch,
+        "assignment_epoch": c.assignment_epoch,
+        "protocol_type": "consumer",
+        "protocol": c.assignor,
+        "assignor": c.assignor,
+        "members": members,
+        "committed": committed,
+    })
 }
 
 pub async fn internal_groups(State(ctx): Ctx) -> Json<Vec<Value>> {
@@ -96,6 +158,7 @@ pub async fn list(State(ctx): Ctx) -> Json<Vec<Value>> {
             .map(|g| {
                 json!({
                     "group_id": g["group_id"],
+                    "group_protocol": g["group_protocol"],
                     "state": g["state"],
                     "members": g["members"].as_array().map_or(0, Vec::len),
                     "protocol": g["protocol"],
@@ -152,15 +215,21 @@ pub async fn describe(State(ctx): Ctx, Path(id): Path<String>) -> ApiResult<Json
     let committed: CommittedRows = serde_json::from_value(g["committed"].clone()).unwrap_or_default();
     let ends = high_watermarks(&ctx, &[&committed]).await;
     let offsets = lag_rows(&committed, &ends);
-    Ok(Json(json!({
+    let mut out = json!({
         "group_id": g["group_id"],
+        "group_protocol": g["group_protocol"],
         "state": g["state"],
         "generation": g["generation"],
         "protocol_type": g["protocol_type"],
         "protocol": g["protocol"],
         "members": g["members"],
         "offsets": offsets,
-    })))
+    });
+    if g["group_protocol"] == "consumer" {
+        out["assignor"] = g["assignor"].clone();
+        out["assignment_epoch"] = g["assignment_epoch"].clone();
+    }
+    Ok(Json(out))
 }
 
 /// Prometheus lines for the lag of every group this broker coordinates.

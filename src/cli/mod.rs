@@ -392,11 +392,12 @@ pub async fn group(args: AdminArgs, command: GroupCommand) -> CliResult {
                 return Ok(());
             }
             outln!(
-                "Group: {}  state: {}  generation: {}  protocol: {}",
+                "Group: {}  state: {}  generation: {}  protocol: {}  group protocol: {}",
                 s(&g["group_id"]),
                 s(&g["state"]),
                 s(&g["generation"]),
-                s(&g["protocol"])
+                s(&g["protocol"]),
+                s(&g["group_protocol"])
             );
             let mut members = Table::new(&["MEMBER", "CLIENT", "HOST", "ASSIGNMENT"]);
             for m in g["members"].as_array().into_iter().flatten() {

@@ -376,6 +376,30 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         "longest session timeout a group member may ask for",
     ),
     def("group.max.size", Some("2147483647"), int(1, I32_MAX), "most members in one consumer group"),
+    def(
+        "group.consumer.session.timeout.ms",
+        Some("45000"),
+        int(1, I32_MAX),
+        "a member of a consumer-protocol group (KIP-848) silent this long is removed",
+    ),
+    def(
+        "group.consumer.heartbeat.interval.ms",
+        Some("5000"),
+        int(1, I32_MAX),
+        "how often consumer-protocol members heartbeat (every 200 ms at most while their group settles)",
+    ),
+    def(
+        "group.consumer.assignors",
+        Some("uniform,range"),
+        Kind::List(&["uniform", "range"]),
+        "the broker-side assignors of consumer-protocol groups; the first is the default",
+    ),
+    def(
+        "group.consumer.max.size",
+        Some("2147483647"),
+        int(1, I32_MAX),
+        "most members in one consumer-protocol group",
+    ),
     def("offset.metadata.max.bytes", Some("4096"), int(0, I32_MAX), "largest metadata string of an offset commit"),
     def(
         "offsets.retention.minutes",

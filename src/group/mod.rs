@@ -11,6 +11,7 @@
 //! module holds the groups, does the writing and loading, and runs the timers.
 
 pub mod assignment;
+pub mod consumer;
 pub mod records;
 pub mod state;
 
@@ -28,6 +29,7 @@ use crate::config::Settings;
 use crate::log::compaction::{encode_batch, plain_record};
 use crate::replication::partition::{CommitWait, PartitionError};
 use crate::replication::ReplicaManager;
+use consumer::{ConsumerGroup, ConsumerLimits, Heartbeat, HeartbeatAnswer, Topics};
 use records::{GroupValue, OffsetValue, RecordKey};
 pub use state::{
     CommitAuth, Committed, Group, GroupLimits, GroupState, JoinRequest, JoinResult, SyncRequest, SyncResult,
@@ -102,7 +104,10 @@ pub struct OffsetCommit {
 pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
-    pub state: GroupState,
+    /// Kafka's name of its state, in its protocol.
+    pub state: &'static str,
+    /// `classic` or `consumer`.
+    pub group_type: &'static str,
 }
 
 /// A member as DescribeGroups and the admin view show it.
@@ -120,6 +125,10 @@ pub struct MemberDescription {
 pub struct GroupDescription {
     pub group_id: String,
     pub state: GroupState,
+    /// Kafka's name of its state, in its protocol.
+    pub state_name: &'static str,
+    /// The group's state under the consumer protocol, if it uses it.
+    pub consumer: Option<ConsumerGroup>,
     pub generation: i32,
     pub protocol_type: String,
     pub protocol: String,
@@ -200,15 +209,137 @@ impl GroupCoordinator {
             let Some(group) = shard.groups.get_mut(group_id) else { return Ok(None) };
             let result = f(group);
             let store = self.append_group(partition, group);
+            let consumer_store = self.append_consumer(partition, group);
             if group.is_unused() {
                 shard.groups.remove(group_id);
             }
-            (result, store)
+            (result, (store, consumer_store))
         };
+        let (store, consumer_store) = store;
         if let Some(store) = store {
             self.finish_store(store);
         }
+        if let Some(appended) = consumer_store {
+            self.finish_consumer_store(group_id, appended);
+        }
         Ok(Some(result))
+    }
+
+    /// Appends a consumer-protocol group's state if it changed since it was
+    /// last stored, or its tombstone once the group stopped being one. Called
+    /// with the shards lock held, like [`Self::append_group`].
+    fn append_consumer(&self, partition: i32, group: &mut Group) -> Option<Result<Appended, ResponseError>> {
+        let key = RecordKey::ConsumerGroup { group: group.id.clone() }.encode();
+        if std::mem::take(&mut group.consumer_dropped) {
+            return Some(self.append(partition, vec![(key, None)]));
+        }
+        let c = group.consumer.as_mut().filter(|c| c.dirty)?;
+        c.dirty = false;
+        Some(match serde_json::to_vec(c) {
+            Ok(value) => self.append(partition, vec![(key, Some(Bytes::from(value)))]),
+            Err(e) => {
+                tracing::error!(group = %group.id, error = %e, "cannot encode a consumer group");
+                Err(ResponseError::UnknownServerError)
+            }
+        })
+    }
+
+    /// Waits in the background for a consumer group's stored state to be committed.
+    fn finish_consumer_store(self: &Arc<Self>, group_id: &str, appended: Result<Appended, ResponseError>) {
+        let (this, group_id) = (self.clone(), group_id.to_string());
+        tokio::spawn(async move {
+            let result = match appended {
+                Ok(a) => this.await_commit(a).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::warn!(group = %group_id, error = ?e, "storing consumer group state failed");
+            }
+        });
+    }
+
+    /// The consumer protocol's settings (`group.consumer.*`).
+    fn consumer_limits(&self) -> ConsumerLimits {
+        let ms = |k: &str, d: u64| Duration::from_millis(self.settings.int(k).map_or(d, |v| v.max(1) as u64));
+        let assignors: Vec<String> = self
+            .settings
+            .get("group.consumer.assignors")
+            .unwrap_or_else(|| "uniform,range".to_string())
+            .split(',')
+            .map(|a| a.trim().to_string())
+            .filter(|a| consumer::assignor::KNOWN.contains(&a.as_str()))
+            .collect();
+        ConsumerLimits {
+            session_timeout: ms("group.consumer.session.timeout.ms", 45_000),
+            heartbeat_interval: ms("group.consumer.heartbeat.interval.ms", 5_000),
+            assignors: if assignors.is_empty() { vec!["uniform".to_string()] } else { assignors },
+            max_size: self.settings.int("group.consumer.max.size").map_or(usize::MAX, |v| v.max(1) as usize),
+        }
+    }
+
+    /// ConsumerGroupHeartbeat (KIP-848): the member's transition, stored and
+    /// committed before it is answered, as Kafka does, so a member never acts
+    /// on an epoch or assignment a new coordinator would not know.
+    pub async fn consumer_heartbeat(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        hb: Heartbeat,
+        topics: &Topics,
+    ) -> Result<HeartbeatAnswer, ResponseError> {
+        let limits = self.consumer_limits();
+        let now = Instant::now();
+        let (answer, appended) = {
+            let mut shards = self.shards();
+            let shard = shards.get_mut(&partition).ok_or(ResponseError::NotCoordinator)?;
+            if !shard.loaded {
+                return Err(ResponseError::CoordinatorLoadInProgress);
+            }
+            if !shard.groups.contains_key(group_id) {
+                if hb.member_epoch != consumer::JOIN_EPOCH {
+                    return Err(ResponseError::UnknownMemberId);
+                }
+                shard.groups.insert(group_id.to_string(), Group::new(group_id, wall_ms()));
+            }
+            let Some(g) = shard.groups.get_mut(group_id) else { return Err(ResponseError::UnknownMemberId) };
+            if g.consumer.is_none() {
+                // An empty classic group (offsets only) becomes a consumer
+                // group; one with classic members is not one (no online
+                // migration yet).
+                if !g.members.is_empty() || g.state != GroupState::Empty {
+                    return Err(ResponseError::GroupIdNotFound);
+                }
+                g.consumer = Some(ConsumerGroup::default());
+            }
+            let answer = match g.consumer.as_mut() {
+                Some(c) => {
+                    let epoch = c.assignment_epoch;
+                    let answer = c.heartbeat(hb, topics, &limits, now, consumer::new_member_id);
+                    if c.assignment_epoch != epoch {
+                        tracing::info!(
+                            group = %group_id,
+                            epoch = c.assignment_epoch,
+                            members = c.members.len(),
+                            assignor = c.assignor.as_deref().unwrap_or_default(),
+                            topics = ?c.topics_seen.keys().collect::<Vec<_>>(),
+                            "consumer group target assignment"
+                        );
+                    }
+                    answer
+                }
+                None => Err(ResponseError::GroupIdNotFound),
+            };
+            g.sync_consumer_state(wall_ms());
+            let appended = self.append_consumer(partition, g);
+            if g.is_unused() {
+                shard.groups.remove(group_id);
+            }
+            (answer, appended)
+        };
+        if let Some(appended) = appended {
+            self.await_commit(appended?).await?;
+        }
+        answer
     }
 
     /// Appends the group metadata a transition asked to store, if any. Called
@@ -383,6 +514,7 @@ impl GroupCoordinator {
         let started = Instant::now();
         let Some(p) = self.replicas.get(OFFSETS_TOPIC, index) else { return };
         let mut groups: HashMap<String, Option<GroupValue>> = HashMap::new();
+        let mut consumers: HashMap<String, Option<ConsumerGroup>> = HashMap::new();
         let mut offsets: HashMap<String, BTreeMap<(String, i32), Option<Committed>>> = HashMap::new();
         let mut pending: PendingTxnOffsets = HashMap::new();
         let mut next = 0i64;
@@ -420,7 +552,7 @@ impl GroupCoordinator {
                     if r.transactional && r.producer_id >= 0 {
                         apply_loaded_txn(&mut pending, &r);
                     } else {
-                        apply_loaded(&mut groups, &mut offsets, &r);
+                        apply_loaded(&mut groups, &mut consumers, &mut offsets, &r);
                     }
                 }
             }
@@ -435,6 +567,13 @@ impl GroupCoordinator {
         for (id, value) in groups {
             if let Some(value) = value {
                 loaded.insert(id.clone(), Group::from_stored(&id, &value, now, now_ms));
+            }
+        }
+        for (id, state) in consumers {
+            if let Some(state) = state {
+                let group = loaded.entry(id.clone()).or_insert_with(|| Group::new(&id, now_ms));
+                group.consumer = Some(state.restored(now));
+                group.sync_consumer_state(now_ms);
             }
         }
         for (id, commits) in offsets {
@@ -480,12 +619,24 @@ impl GroupCoordinator {
         let now = Instant::now();
         let now_ms = wall_ms();
         let mut stores = Vec::new();
+        let mut consumer_stores = Vec::new();
         {
             let mut shards = self.shards();
+            let consumers = shards.values().any(|s| s.groups.values().any(|g| g.consumer.is_some()));
+            let limits = consumers.then(|| self.consumer_limits());
             for (&index, shard) in shards.iter_mut().filter(|(_, s)| s.loaded) {
                 for g in shard.groups.values_mut() {
                     g.tick(now, now_ms);
                     stores.extend(self.append_group(index, g));
+                    if let (Some(c), Some(limits)) = (g.consumer.as_mut(), limits.as_ref()) {
+                        for member in c.expire(limits, now) {
+                            tracing::info!(group = %g.id, member = %member, "consumer group member removed: session or rebalance timeout");
+                        }
+                        g.sync_consumer_state(now_ms);
+                        if let Some(appended) = self.append_consumer(index, g) {
+                            consumer_stores.push((g.id.clone(), appended));
+                        }
+                    }
                 }
                 // A group that only ever had pending member ids, now lapsed.
                 shard.groups.retain(|_, g| !g.is_unused());
@@ -493,6 +644,9 @@ impl GroupCoordinator {
         }
         for store in stores {
             self.finish_store(store);
+        }
+        for (group_id, appended) in consumer_stores {
+            self.finish_consumer_store(&group_id, appended);
         }
     }
 
@@ -522,6 +676,9 @@ impl GroupCoordinator {
                         })
                         .collect();
                     if drop_group {
+                        if g.consumer.is_some() {
+                            tombstones.push((RecordKey::ConsumerGroup { group: g.id.clone() }.encode(), None));
+                        }
                         tombstones.push((RecordKey::Group { group: g.id.clone() }.encode(), None));
                     }
                     let appended = self.append(index, tombstones);
@@ -559,7 +716,20 @@ impl GroupCoordinator {
         let (tx, rx) = oneshot::channel();
         let limits = self.limits;
         let now = Instant::now();
-        match self.with_group(partition, group_id, true, |g| g.join(req, tx, &limits, now, wall_ms())) {
+        let joined = self.with_group(partition, group_id, true, |g| {
+            if let Some(c) = &g.consumer {
+                if !c.members.is_empty() {
+                    // A group of the consumer protocol with members (no online migration yet).
+                    let _ = tx.send(JoinResult::error(ResponseError::InconsistentGroupProtocol, &req.member_id));
+                    return;
+                }
+                // An empty one becomes a classic group again.
+                g.consumer = None;
+                g.consumer_dropped = true;
+            }
+            g.join(req, tx, &limits, now, wall_ms())
+        });
+        match joined {
             Ok(_) => rx.await.unwrap_or_else(|_| JoinResult::error(ResponseError::NotCoordinator, &member_id)),
             Err(e) => JoinResult::error(e, &member_id),
         }
@@ -686,6 +856,22 @@ impl GroupCoordinator {
         Ok(found.unwrap_or_else(|| partitions.unwrap_or_default().iter().map(|k| (k.clone(), None, false)).collect()))
     }
 
+    /// OffsetFetch v9 naming a member: in a consumer-protocol group it must
+    /// be a member at that epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID).
+    pub fn check_member_epoch(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        member_id: &str,
+        epoch: i32,
+    ) -> Result<(), ResponseError> {
+        let checked = self.with_group(partition, group_id, false, |g| match &g.consumer {
+            Some(c) => c.check_member_epoch(member_id, epoch, ResponseError::StaleMemberEpoch),
+            None => Ok(()),
+        })?;
+        checked.unwrap_or(Ok(()))
+    }
+
     /// TxnOffsetCommit: stores offsets a transaction of `producer` (id,
     /// epoch) commits, as a transactional batch; they count as committed
     /// once the transaction's commit marker reaches the group's partition
@@ -756,8 +942,12 @@ impl GroupCoordinator {
             .filter(|g| g.state != GroupState::Dead)
             .map(|g| GroupListing {
                 group_id: g.id.clone(),
-                protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                state: g.state,
+                protocol_type: match &g.consumer {
+                    Some(_) => "consumer".to_string(),
+                    None => g.protocol_type.clone().unwrap_or_default(),
+                },
+                state: g.state_name(),
+                group_type: g.group_type(),
             })
             .collect();
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
@@ -773,6 +963,8 @@ impl GroupCoordinator {
         self.with_group(partition, group_id, false, |g| GroupDescription {
             group_id: g.id.clone(),
             state: g.state,
+            state_name: g.state_name(),
+            consumer: g.consumer.clone(),
             generation: g.generation,
             protocol_type: g.protocol_type.clone().unwrap_or_default(),
             protocol: g.protocol.clone().unwrap_or_default(),
@@ -811,6 +1003,9 @@ impl GroupCoordinator {
                         (key.encode(), None)
                     })
                     .collect();
+                if g.consumer.is_some() {
+                    tombstones.push((RecordKey::ConsumerGroup { group: g.id.clone() }.encode(), None));
+                }
                 tombstones.push((RecordKey::Group { group: g.id.clone() }.encode(), None));
                 let appended = self.append(partition, tombstones)?;
                 g.state = GroupState::Dead;
@@ -956,6 +1151,7 @@ fn end_loaded_txn(
 /// Folds one record of `__consumer_offsets` into what a load has seen so far.
 fn apply_loaded(
     groups: &mut HashMap<String, Option<GroupValue>>,
+    consumers: &mut HashMap<String, Option<ConsumerGroup>>,
     offsets: &mut HashMap<String, BTreeMap<(String, i32), Option<Committed>>>,
     r: &Record,
 ) {
@@ -992,10 +1188,22 @@ fn apply_loaded(
             Ok(None) => {
                 // A deleted group takes its offsets with it.
                 groups.insert(group.clone(), None);
+                consumers.remove(&group);
                 offsets.remove(&group);
             }
             Err(e) => tracing::warn!(offset = r.offset, error = %e, "unreadable group metadata in __consumer_offsets"),
         },
+        RecordKey::ConsumerGroup { group } => {
+            let state = r.value.as_ref().map(|v| serde_json::from_slice::<ConsumerGroup>(v)).transpose();
+            match state {
+                Ok(state) => {
+                    consumers.insert(group, state);
+                }
+                Err(e) => {
+                    tracing::warn!(offset = r.offset, error = %e, "unreadable consumer group in __consumer_offsets")
+                }
+            }
+        }
     }
 }
 
@@ -1033,7 +1241,7 @@ mod tests {
             record(4, k("b", 0), commit(1)),
             record(5, RecordKey::Group { group: "b".into() }, None),
         ] {
-            apply_loaded(&mut groups, &mut offsets, &r);
+            apply_loaded(&mut groups, &mut HashMap::new(), &mut offsets, &r);
         }
         let a = &offsets["a"];
         assert_eq!(a[&("t".to_string(), 0)].as_ref().map(|c| (c.offset, c.record_offset)), Some((9, 1)));
@@ -1059,7 +1267,7 @@ mod tests {
         };
         apply_loaded_txn(&mut pending, &txn(0, k(0), commit(10), 7));
         apply_loaded_txn(&mut pending, &txn(1, k(1), commit(20), 8));
-        apply_loaded(&mut groups, &mut offsets, &record(2, k(0), commit(5)));
+        apply_loaded(&mut groups, &mut HashMap::new(), &mut offsets, &record(2, k(0), commit(5)));
         end_loaded_txn(&mut offsets, &mut pending, 7, true);
         end_loaded_txn(&mut offsets, &mut pending, 8, false);
         let g = &offsets["g"];

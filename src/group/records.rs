@@ -1,6 +1,8 @@
 //! The records of `__consumer_offsets`, in Kafka's classic layout so that
 //! Kafka's own tools can read the topic: a key (version 1: an offset commit,
 //! version 2: group metadata) and a value, or a null value as a tombstone.
+//! A group of the consumer protocol (KIP-848) is stored whole under a key of
+//! Strom's own (version 100, which Kafka does not use), its value JSON.
 //! Strings are i16-length prefixed (-1 = null), bytes i32-length prefixed,
 //! arrays i32-count prefixed, everything big-endian.
 
@@ -22,8 +24,18 @@ pub(crate) type Result<T> = std::result::Result<T, RecordError>;
 /// What a record of `__consumer_offsets` is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum RecordKey {
-    Offset { group: String, topic: String, partition: i32 },
-    Group { group: String },
+    Offset {
+        group: String,
+        topic: String,
+        partition: i32,
+    },
+    Group {
+        group: String,
+    },
+    /// A group of the consumer protocol: its whole state.
+    ConsumerGroup {
+        group: String,
+    },
 }
 
 /// A committed offset as stored.
@@ -61,6 +73,7 @@ pub struct GroupValue {
 
 const OFFSET_KEY_VERSION: i16 = 1;
 const GROUP_KEY_VERSION: i16 = 2;
+const CONSUMER_GROUP_KEY_VERSION: i16 = 100;
 const OFFSET_VALUE_VERSION: i16 = 3;
 const GROUP_VALUE_VERSION: i16 = 3;
 
@@ -132,7 +145,7 @@ fn get_bytes(buf: &mut Bytes) -> Result<Bytes> {
 impl RecordKey {
     pub fn group(&self) -> &str {
         match self {
-            RecordKey::Offset { group, .. } | RecordKey::Group { group } => group,
+            RecordKey::Offset { group, .. } | RecordKey::Group { group } | RecordKey::ConsumerGroup { group } => group,
         }
     }
 
@@ -149,6 +162,10 @@ impl RecordKey {
                 buf.put_i16(GROUP_KEY_VERSION);
                 put_str(&mut buf, group);
             }
+            RecordKey::ConsumerGroup { group } => {
+                buf.put_i16(CONSUMER_GROUP_KEY_VERSION);
+                put_str(&mut buf, group);
+            }
         }
         buf.freeze()
     }
@@ -161,6 +178,7 @@ impl RecordKey {
                 partition: get_i32(&mut buf)?,
             }),
             2 => Ok(RecordKey::Group { group: get_str(&mut buf)? }),
+            CONSUMER_GROUP_KEY_VERSION => Ok(RecordKey::ConsumerGroup { group: get_str(&mut buf)? }),
             version => Err(RecordError::UnknownVersion { what: "key", version }),
         }
     }
@@ -271,6 +289,8 @@ mod tests {
     #[test]
     fn group_round_trips() {
         let key = RecordKey::Group { group: "g".into() };
+        assert_eq!(RecordKey::decode(key.encode()), Ok(key));
+        let key = RecordKey::ConsumerGroup { group: "g".into() };
         assert_eq!(RecordKey::decode(key.encode()), Ok(key));
         let value = GroupValue {
             protocol_type: "consumer".into(),

@@ -39,12 +39,14 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 2, 8),
-    (ApiKey::OffsetFetch, 1, 8),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     (ApiKey::AlterPartitionReassignments, 0, 1),
     (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DeleteRecords, 0, 2),
@@ -279,6 +281,8 @@ fn add_throttle(response: &mut ResponseKind, ms: i32) {
         DescribeGroups,
         DeleteGroups,
         OffsetDelete,
+        ConsumerGroupHeartbeat,
+        ConsumerGroupDescribe,
         DeleteRecords,
         AlterPartitionReassignments,
         ListPartitionReassignments,
@@ -402,6 +406,12 @@ async fn handle(
         }
         RequestKind::OffsetFetch(r) => {
             ResponseKind::OffsetFetch(handlers::groups::fetch_offsets(ctx, r, version, &client))
+        }
+        RequestKind::ConsumerGroupHeartbeat(r) => {
+            ResponseKind::ConsumerGroupHeartbeat(handlers::consumer_groups::heartbeat(ctx, r, version, &client).await)
+        }
+        RequestKind::ConsumerGroupDescribe(r) => {
+            ResponseKind::ConsumerGroupDescribe(handlers::consumer_groups::describe(ctx, r, version, &client))
         }
         RequestKind::ListGroups(r) => ResponseKind::ListGroups(handlers::groups::list(ctx, r, version, &client)),
         RequestKind::DescribeGroups(r) => {

@@ -468,7 +468,8 @@ def test_range_assignor_splits_eight_partitions_and_each_record_reaches_one_memb
         assert view["protocol"] == "range", view
         assert view["generation"] >= 1, view
         listed = {g["group_id"]: g for g in groups.get(1, "/v1/groups")[1]}
-        assert listed.get(group) == {"group_id": group, "state": "Stable", "members": 3, "protocol": "range"}, listed
+        assert listed.get(group) == {"group_id": group, "group_protocol": "classic", "state": "Stable", "members": 3,
+                                     "protocol": "range"}, listed
         generation = view["generation"]
 
         # Produced once the group is stable: every record is read by the member holding its
@@ -1121,7 +1122,8 @@ def test_admin_api_cli_and_lag_metric(groups):
         assert status == 200
         mine = {g["group_id"]: g for g in listed if g["group_id"].startswith("cli-")}
         assert mine["cli-empty"]["state"] == "Empty" and mine["cli-empty"]["members"] == 0, mine
-        assert mine["cli-live"] == {"group_id": "cli-live", "state": "Stable", "members": 1, "protocol": "range"}, mine
+        assert mine["cli-live"] == {"group_id": "cli-live", "group_protocol": "classic", "state": "Stable", "members": 1,
+                                    "protocol": "range"}, mine
 
         empty = group_view(groups, "cli-empty")
         assert empty["group_id"] == "cli-empty" and empty["state"] == "Empty" and empty["members"] == [], empty

@@ -113,3 +113,30 @@ def test_java_consumer_across_a_leader_kill(java, make_cluster):
             consumer.wait()
         errors.close()
     check_exactly_once(produced, consumed, 2000)
+
+
+def test_java_consumer_protocol_group_after_a_classic_one(java, cluster3):
+    """The Java client with group.protocol=consumer (KIP-848, the broker's range assignor):
+    a classic member reads half and commits, leaves, and a consumer-protocol member of the
+    same group (now empty, so it becomes a consumer group) reads exactly the other half from
+    the committed offsets (Kafka's offline migration)."""
+    c = cluster3
+    topic = f"java-kip848-{uuid.uuid4().hex[:8]}"
+    group = f"g-{topic}"
+    c.create_topic(topic, partitions=4, rf=3)
+    c.wait_topic(topic, 4)
+    produced = run_java(java, "produce", c.bootstrap, topic, "2000")
+    first = run_java(java, "consume", c.bootstrap, topic, group, "1000", "120", "max.poll.records=100")
+    # It may have fetched (and printed) past what it committed: what it committed is the
+    # position after each partition's last record it printed.
+    committed = {}
+    for partition, offset, _ in first:
+        committed[partition] = max(committed.get(partition, 0), offset + 1)
+    rest = sum(1 for p, o, _ in produced if o >= committed.get(p, 0))
+    second = run_java(java, "consume", c.bootstrap, topic, group, str(rest), "120",
+                      "group.protocol=consumer", "group.remote.assignor=range")
+    assert all(o >= committed.get(p, 0) for p, o, _ in second), "nothing below the committed offsets again"
+    check_exactly_once(produced, first + second, 2000)
+    view = harness.wait_for("the group's admin view", 20,
+                            lambda: (lambda s_b: s_b[1] if s_b[0] == 200 else None)(c.get(1, f"/v1/groups/{group}")))
+    assert (view["group_protocol"], view["assignor"]) == ("consumer", "range"), view

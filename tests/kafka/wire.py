@@ -753,3 +753,39 @@ def txn_offset_commit(addr, transactional_id, group, producer_id, epoch, generat
         r.skip_tags()
     r.skip_tags()
     return out
+
+
+API_CONSUMER_GROUP_HEARTBEAT = 68
+
+
+def consumer_group_heartbeat(addr, group, member_id, member_epoch, topics=None, owned=None, regex=None,
+                             server_assignor=None, instance_id=None, rebalance_timeout_ms=30000, version=1,
+                             timeout=20):
+    """ConsumerGroupHeartbeat v0/v1 (KIP-848, flexible); owned = {topic_id bytes (16): [partition]}.
+    Returns {error, message, member_id, member_epoch, interval, assignment} where assignment is
+    None or {topic_id bytes: [partition]}."""
+    def nullable_carray(items):
+        return uvarint(0) if items is None else carray(items)
+
+    body = (cstring(group) + cstring(member_id) + i32(member_epoch) + cstring(instance_id) + cstring(None)
+            + i32(rebalance_timeout_ms)
+            + nullable_carray(None if topics is None else [cstring(t) for t in topics]))
+    if version >= 1:
+        body += cstring(regex)
+    body += cstring(server_assignor)
+    body += nullable_carray(None if owned is None else [
+        tid + carray([i32(p) for p in ps]) + NO_TAGS for tid, ps in owned.items()])
+    body += NO_TAGS
+    r = roundtrip(addr, API_CONSUMER_GROUP_HEARTBEAT, version, body, timeout=timeout, flexible=True)
+    r.i32()  # throttle_time_ms
+    out = {"error": r.i16(), "message": r.cstring(), "member_id": r.cstring(), "member_epoch": r.i32(),
+           "interval": r.i32(), "assignment": None}
+    if r.i8() >= 0:
+        assignment = {}
+        for _ in range(r.carray_len()):
+            tid = r.take(16)
+            assignment[tid] = [r.i32() for _ in range(r.carray_len())]
+            r.skip_tags()
+        r.skip_tags()
+        out["assignment"] = assignment
+    return out

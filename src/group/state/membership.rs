@@ -387,7 +387,7 @@ mod tests {
         assert_eq!(g.state, GroupState::PreparingRebalance);
         assert_eq!(g.heartbeat(&a, None, 2, now), Err(ResponseError::RebalanceInProgress));
         // Commits of the old generation are still taken while preparing.
-        let auth = CommitAuth { member_id: &a, instance_id: None, generation: 2 };
+        let auth = CommitAuth { member_id: &a, instance_id: None, generation: 2, member_epochs: false };
         assert_eq!(g.check_commit(&auth, now), Ok(()));
         let mut rx = join(&mut g, join_req(&a, None), now);
         let r = got(&mut rx).expect("alone, the join completes");

@@ -22,6 +22,7 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 use tokio::sync::oneshot;
 
+use super::consumer::ConsumerGroup;
 use super::records::{GroupValue, MemberValue};
 
 mod membership;
@@ -187,7 +188,11 @@ pub struct Committed {
 pub struct CommitAuth<'a> {
     pub member_id: &'a str,
     pub instance_id: Option<&'a str>,
+    /// The generation, or for a group of the consumer protocol the member epoch.
     pub generation: i32,
+    /// The request knows member epochs (OffsetCommit v9+): a wrong one in a
+    /// consumer-protocol group is STALE_MEMBER_EPOCH, else ILLEGAL_GENERATION.
+    pub member_epochs: bool,
 }
 
 #[derive(Debug)]
@@ -225,6 +230,13 @@ pub struct Group {
     /// A leader's assignment waiting to be stored, for this generation.
     pub awaiting_store: Option<i32>,
     next_member: u64,
+    /// The group under the consumer protocol (KIP-848), if it is one: its
+    /// members, epochs and assignments. The classic fields then stay empty,
+    /// and `state` is Empty or Stable as it has members or not.
+    pub consumer: Option<ConsumerGroup>,
+    /// The group was one of the consumer protocol and no longer is: its
+    /// stored state needs a tombstone.
+    pub consumer_dropped: bool,
 }
 
 fn new_member_id(prefix: &str, n: u64) -> String {
@@ -253,7 +265,38 @@ impl Group {
             persist: None,
             awaiting_store: None,
             next_member: 0,
+            consumer: None,
+            consumer_dropped: false,
         }
+    }
+
+    /// `classic` or `consumer` (KIP-848), as ListGroups v5 names them.
+    pub fn group_type(&self) -> &'static str {
+        if self.consumer.is_some() {
+            "consumer"
+        } else {
+            "classic"
+        }
+    }
+
+    /// The state's name for listings: Kafka's names of either protocol.
+    pub fn state_name(&self) -> &'static str {
+        match &self.consumer {
+            Some(c) if self.state != GroupState::Dead => c.state_name(),
+            _ => self.state.name(),
+        }
+    }
+
+    /// Brings the classic state in line with the consumer group's: Empty
+    /// without members, Stable with, so offset expiry and deletion treat it
+    /// as they treat a classic group.
+    pub fn sync_consumer_state(&mut self, now_ms: i64) {
+        let Some(c) = &self.consumer else { return };
+        if self.state == GroupState::Dead {
+            return;
+        }
+        let state = if c.members.is_empty() { GroupState::Empty } else { GroupState::Stable };
+        self.set_state(state, now_ms);
     }
 
     /// Rebuilds a group from its stored metadata: a group with members comes
@@ -328,6 +371,8 @@ impl Group {
             && self.pending_txn_offsets.is_empty()
             && self.members.is_empty()
             && self.pending_members.is_empty()
+            && self.consumer.as_ref().is_none_or(|c| c.group_epoch == 0)
+            && !self.consumer_dropped
     }
 
     /// Group metadata to be written, if a transition asked for it.

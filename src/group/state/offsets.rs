@@ -15,6 +15,15 @@ impl Group {
         if self.state == GroupState::Dead {
             return Err(ResponseError::CoordinatorNotAvailable);
         }
+        if let Some(c) = &mut self.consumer {
+            let stale =
+                if auth.member_epochs { ResponseError::StaleMemberEpoch } else { ResponseError::IllegalGeneration };
+            c.check_member_epoch(auth.member_id, auth.generation, stale)?;
+            if let Some(m) = c.members.get_mut(auth.member_id) {
+                m.last_seen = now;
+            }
+            return Ok(());
+        }
         if auth.generation < 0 && auth.member_id.is_empty() {
             // A consumer using the group only to store offsets.
             return if self.members.is_empty() { Ok(()) } else { Err(ResponseError::UnknownMemberId) };
@@ -91,6 +100,9 @@ impl Group {
 
     /// Topics the members subscribe to, from the consumer protocol's metadata.
     pub fn subscribed_topics(&self) -> Option<std::collections::BTreeSet<String>> {
+        if let Some(c) = &self.consumer {
+            return Some(c.topics_seen.keys().cloned().collect());
+        }
         if self.protocol_type.as_deref() != Some("consumer") {
             return None;
         }
@@ -119,7 +131,7 @@ mod tests {
     fn commits_are_checked_and_older_records_never_win() {
         let now = Instant::now();
         let mut g = Group::new("g", 0);
-        let simple = CommitAuth { member_id: "", instance_id: None, generation: -1 };
+        let simple = CommitAuth { member_id: "", instance_id: None, generation: -1, member_epochs: false };
         assert_eq!(g.check_commit(&simple, now), Ok(()), "offsets-only use of an empty group");
         let c = committed;
         g.apply_offset("t", 0, c(10, 5));

@@ -411,6 +411,7 @@ pub async fn commit(ctx: &NodeContext, r: OffsetCommitRequest, version: i16, cli
             member_id: r.member_id.as_str(),
             instance_id: if version >= 7 { opt_str(&r.group_instance_id) } else { None },
             generation: r.generation_id_or_member_epoch,
+            member_epochs: version >= 9,
         };
         ctx.groups.commit(partition_of(ctx, &group), &group, auth, commits).await
     };
@@ -452,10 +453,14 @@ fn fetch_group(
     group: &str,
     topics: Option<Vec<(StrBytes, Vec<i32>)>>,
     require_stable: bool,
+    member: Option<(&str, i32)>,
 ) -> Result<FetchedTopics, ResponseError> {
     coordinating(ctx)?;
     if !group_allowed(ctx, client, Operation::Describe, group) {
         return Err(ResponseError::GroupAuthorizationFailed);
+    }
+    if let Some((member_id, epoch)) = member.filter(|(m, e)| !m.is_empty() || *e >= 0) {
+        ctx.groups.check_member_epoch(partition_of(ctx, group), group, member_id, epoch)?;
     }
     let describable = |t: &str| topic_allowed(ctx, client, Operation::Describe, t);
     let wanted: Option<Vec<(String, i32)>> = topics.as_ref().map(|ts| {
@@ -503,7 +508,8 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16, cli
         for g in r.groups {
             let topics = g.topics.map(|ts| ts.into_iter().map(|t| (t.name.0, t.partition_indexes)).collect());
             let mut out = OffsetFetchResponseGroup::default().with_group_id(g.group_id.clone());
-            match fetch_group(ctx, client, g.group_id.as_str(), topics, r.require_stable) {
+            let member = (version >= 9).then(|| (g.member_id.as_ref().map_or("", |m| m.as_str()), g.member_epoch));
+            match fetch_group(ctx, client, g.group_id.as_str(), topics, r.require_stable, member) {
                 Ok(rows) => {
                     out.topics = rows
                         .into_iter()
@@ -532,7 +538,7 @@ pub fn fetch_offsets(ctx: &NodeContext, r: OffsetFetchRequest, version: i16, cli
     }
     let topics = r.topics.map(|ts| ts.into_iter().map(|t| (t.name.0, t.partition_indexes)).collect::<Vec<_>>());
     let requested = topics.clone();
-    match fetch_group(ctx, client, r.group_id.as_str(), topics, version >= 7 && r.require_stable) {
+    match fetch_group(ctx, client, r.group_id.as_str(), topics, version >= 7 && r.require_stable, None) {
         Ok(rows) => {
             response.topics = rows
                 .into_iter()
@@ -589,16 +595,21 @@ pub fn list(ctx: &NodeContext, r: ListGroupsRequest, version: i16, client: &Clie
         Err(e) => response.error_code = e.code(),
         Ok(groups) => {
             let states: Vec<String> = r.states_filter.iter().map(|s| s.to_lowercase()).collect();
+            let types: Vec<String> = r.types_filter.iter().map(|s| s.to_lowercase()).collect();
             response.groups = groups
                 .into_iter()
-                .filter(|g| version < 4 || states.is_empty() || states.contains(&g.state.name().to_lowercase()))
+                .filter(|g| version < 4 || states.is_empty() || states.contains(&g.state.to_lowercase()))
+                .filter(|g| version < 5 || types.is_empty() || types.iter().any(|t| t == g.group_type))
                 .filter(|g| all || group_allowed(ctx, client, Operation::Describe, &g.group_id))
                 .map(|g| {
                     let mut listed = ListedGroup::default()
                         .with_group_id(GroupId(str_bytes(g.group_id)))
                         .with_protocol_type(str_bytes(g.protocol_type));
                     if version >= 4 {
-                        listed.group_state = str_bytes(g.state.name());
+                        listed.group_state = str_bytes(g.state);
+                    }
+                    if version >= 5 {
+                        listed.group_type = str_bytes(g.group_type);
                     }
                     listed
                 })
@@ -625,8 +636,11 @@ pub fn describe(ctx: &NodeContext, r: DescribeGroupsRequest, version: i16, clien
             }
             match ctx.groups.describe(partition_of(ctx, id.as_str()), id.as_str()) {
                 Err(e) => out.error_code = e.code(),
-                // Kafka describes an unknown group as Dead, without an error.
+                // Kafka describes an unknown group as Dead, without an error,
+                // and a group of the consumer protocol as one it does not know
+                // (ConsumerGroupDescribe describes it).
                 Ok(None) => out.group_state = str_bytes("Dead"),
+                Ok(Some(d)) if d.consumer.is_some() => out.group_state = str_bytes("Dead"),
                 Ok(Some(d)) => {
                     out.group_state = str_bytes(d.state.name());
                     out.protocol_type = str_bytes(d.protocol_type);

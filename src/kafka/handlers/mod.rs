@@ -4,6 +4,7 @@
 pub mod acls;
 pub mod cluster;
 pub mod configs;
+pub mod consumer_groups;
 pub mod delete_records;
 pub mod denied;
 pub mod elections;

@@ -475,6 +475,7 @@ pub async fn commit_offsets(
         member_id: request.member_id.as_str(),
         instance_id: request.group_instance_id.as_ref().map(|s| s.as_str()).filter(|s| !s.is_empty()),
         generation: request.generation_id,
+        member_epochs: false,
     };
     let producer = (request.producer_id.0, request.producer_epoch);
     let result = ctx.groups.txn_commit(partition, &group, producer, auth, commits).await;
