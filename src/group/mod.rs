@@ -302,33 +302,29 @@ impl GroupCoordinator {
                 shard.groups.insert(group_id.to_string(), Group::new(group_id, wall_ms()));
             }
             let Some(g) = shard.groups.get_mut(group_id) else { return Err(ResponseError::UnknownMemberId) };
-            if g.consumer.is_none() {
-                // An empty classic group (offsets only) becomes a consumer
-                // group; one with classic members is not one (no online
-                // migration yet).
-                if !g.members.is_empty() || g.state != GroupState::Empty {
-                    return Err(ResponseError::GroupIdNotFound);
-                }
-                g.consumer = Some(ConsumerGroup::default());
+            // An empty classic group (offsets only) becomes a consumer group
+            // once a member joins it; one with classic members is not one (no
+            // online migration yet).
+            let converting = g.consumer.is_none();
+            if converting && (!g.members.is_empty() || g.state != GroupState::Empty) {
+                return Err(ResponseError::GroupIdNotFound);
             }
-            let answer = match g.consumer.as_mut() {
-                Some(c) => {
-                    let epoch = c.assignment_epoch;
-                    let answer = c.heartbeat(hb, topics, &limits, now, consumer::new_member_id);
-                    if c.assignment_epoch != epoch {
-                        tracing::info!(
-                            group = %group_id,
-                            epoch = c.assignment_epoch,
-                            members = c.members.len(),
-                            assignor = c.assignor.as_deref().unwrap_or_default(),
-                            topics = ?c.topics_seen.keys().collect::<Vec<_>>(),
-                            "consumer group target assignment"
-                        );
-                    }
-                    answer
-                }
-                None => Err(ResponseError::GroupIdNotFound),
-            };
+            let mut c = g.consumer.take().unwrap_or_default();
+            let epoch = c.assignment_epoch;
+            let answer = c.heartbeat(hb, topics, &limits, now, consumer::new_member_id);
+            if c.assignment_epoch != epoch {
+                tracing::info!(
+                    group = %group_id,
+                    epoch = c.assignment_epoch,
+                    members = c.members.len(),
+                    assignor = c.assignor.as_deref().unwrap_or_default(),
+                    topics = ?c.topics_seen.keys().collect::<Vec<_>>(),
+                    "consumer group target assignment"
+                );
+            }
+            if !(converting && answer.is_err()) {
+                g.consumer = Some(c);
+            }
             g.sync_consumer_state(wall_ms());
             let appended = self.append_consumer(partition, g);
             if g.is_unused() {
