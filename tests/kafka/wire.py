@@ -3,7 +3,8 @@ ApiVersions, a raw Produce (to see the broker's own partition error code), a
 raw Fetch (to see the compression attribute of the stored batches), and the
 consumer-group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
 LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups,
-OffsetDelete) to see the coordinator's own error codes.
+OffsetDelete, and KIP-848's ConsumerGroupHeartbeat) to see the coordinator's own
+error codes.
 
 Non-flexible request versions (header v1) unless a helper says otherwise:
 FindCoordinator v3/v4 and Heartbeat v4 are flexible (header v2, compact
