@@ -8,6 +8,7 @@ between processes on one machine):
   {"ev": "assign"|"revoke"|"lost", "parts": [...]}   partitions added to or taken from it
   {"ev": "consumed", "values": [...]}                 values read since the last such line
   {"ev": "commit_error", "error": "..."}              a commit refused (retried later)
+  {"ev": "closing"} / {"ev": "closed"}                 before and after its consumer's close()
 It commits what it consumed every half second, and leaves the group on SIGTERM.
 """
 import json
@@ -55,6 +56,8 @@ def main():
                     emit("commit_error", error=str(e))
     if values:
         emit("consumed", values=values)
+    # From here on it processes nothing: close() gives its partitions up and leaves.
+    emit("closing")
     consumer.close()
     emit("closed")
 

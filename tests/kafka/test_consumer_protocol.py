@@ -103,15 +103,18 @@ class Member:
 
 
 def check_exclusive(members):
-    """Replays every member's assign/revoke/lost callbacks in time order (a killed member
-    owns nothing from its kill on): no partition is ever owned by two members at once."""
+    """Replays every member's assign/revoke/lost callbacks in time order (a member owns
+    nothing once it starts closing, or from its kill on): no partition is ever owned by two
+    members at once."""
     timeline = []
     for i, m in enumerate(members):
         for e in m.snapshot():
             if e["ev"] in ("assign", "revoke", "lost"):
                 timeline.append((e["t"], i, e["ev"], e["parts"]))
+            elif e["ev"] == "closing":
+                timeline.append((e["t"], i, "lost", list(range(1 << 10))))
         if m.killed_at is not None:
-            timeline.append((m.killed_at, i, "lost", sorted(m.owned())))
+            timeline.append((m.killed_at, i, "lost", list(range(1 << 10))))
     timeline.sort(key=lambda x: x[0])
     owner = {}
     for t, i, ev, parts in timeline:
