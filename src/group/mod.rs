@@ -196,10 +196,7 @@ impl GroupCoordinator {
     ) -> Result<Option<R>, ResponseError> {
         let (result, store) = {
             let mut shards = self.shards();
-            let shard = shards.get_mut(&partition).ok_or(ResponseError::NotCoordinator)?;
-            if !shard.loaded {
-                return Err(ResponseError::CoordinatorLoadInProgress);
-            }
+            let shard = loaded_shard(&mut shards, partition)?;
             if !shard.groups.contains_key(group_id) {
                 if !create {
                     return Ok(None);
@@ -291,10 +288,7 @@ impl GroupCoordinator {
         let now = Instant::now();
         let (answer, appended) = {
             let mut shards = self.shards();
-            let shard = shards.get_mut(&partition).ok_or(ResponseError::NotCoordinator)?;
-            if !shard.loaded {
-                return Err(ResponseError::CoordinatorLoadInProgress);
-            }
+            let shard = loaded_shard(&mut shards, partition)?;
             if !shard.groups.contains_key(group_id) {
                 if hb.member_epoch != consumer::JOIN_EPOCH {
                     return Err(ResponseError::UnknownMemberId);
@@ -1069,6 +1063,15 @@ impl GroupCoordinator {
         });
         Ok(results)
     }
+}
+
+/// The shard of a `__consumer_offsets` partition coordinated here, once loaded.
+fn loaded_shard(shards: &mut HashMap<i32, Shard>, partition: i32) -> Result<&mut Shard, ResponseError> {
+    let shard = shards.get_mut(&partition).ok_or(ResponseError::NotCoordinator)?;
+    if !shard.loaded {
+        return Err(ResponseError::CoordinatorLoadInProgress);
+    }
+    Ok(shard)
 }
 
 /// One answer per commit, the indexes of the commits to write, their records.
