@@ -96,6 +96,7 @@ fn consumer_group(
                 "instance_id": m.instance_id,
                 "client_id": m.client_id,
                 "host": m.client_host,
+                "member_type": if m.is_classic() { "classic" } else { "consumer" },
                 "member_epoch": m.epoch,
                 "member_state": m.state.name(),
                 "subscribed_topics": m.topics,

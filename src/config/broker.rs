@@ -400,6 +400,12 @@ pub const BROKER_SETTINGS: &[SettingDef] = &[
         int(1, I32_MAX),
         "most members in one consumer-protocol group",
     ),
+    def(
+        "group.consumer.migration.policy",
+        Some("bidirectional"),
+        Kind::Choice(&["bidirectional", "upgrade", "downgrade", "disabled"]),
+        "online migration: a live classic group converts when a consumer-protocol member joins (upgrade), and back when the last one leaves (downgrade)",
+    ),
     def("offset.metadata.max.bytes", Some("4096"), int(0, I32_MAX), "largest metadata string of an offset commit"),
     def(
         "offsets.retention.minutes",

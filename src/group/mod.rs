@@ -29,6 +29,7 @@ use crate::config::Settings;
 use crate::log::compaction::{encode_batch, plain_record};
 use crate::replication::partition::{CommitWait, PartitionError};
 use crate::replication::ReplicaManager;
+use consumer::classic::ClassicJoin;
 use consumer::{ConsumerGroup, ConsumerLimits, Heartbeat, HeartbeatAnswer, Topics};
 use records::{GroupValue, OffsetValue, RecordKey};
 pub use state::{
@@ -194,7 +195,25 @@ impl GroupCoordinator {
         create: bool,
         f: impl FnOnce(&mut Group) -> R,
     ) -> Result<Option<R>, ResponseError> {
-        let (result, store) = {
+        let Some((result, consumer_store)) = self.with_group_unwaited(partition, group_id, create, f)? else {
+            return Ok(None);
+        };
+        if let Some(appended) = consumer_store {
+            self.finish_consumer_store(group_id, appended);
+        }
+        Ok(Some(result))
+    }
+
+    /// [`Self::with_group`], handing back the append of a consumer-protocol
+    /// group's state for the caller to wait on.
+    fn with_group_unwaited<R>(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        create: bool,
+        f: impl FnOnce(&mut Group) -> R,
+    ) -> Result<Option<(R, Option<ConsumerAppend>)>, ResponseError> {
+        let (result, store, consumer_store) = {
             let mut shards = self.shards();
             let shard = loaded_shard(&mut shards, partition)?;
             if !shard.groups.contains_key(group_id) {
@@ -210,16 +229,12 @@ impl GroupCoordinator {
             if group.is_unused() {
                 shard.groups.remove(group_id);
             }
-            (result, (store, consumer_store))
+            (result, store, consumer_store)
         };
-        let (store, consumer_store) = store;
         if let Some(store) = store {
             self.finish_store(store);
         }
-        if let Some(appended) = consumer_store {
-            self.finish_consumer_store(group_id, appended);
-        }
-        Ok(Some(result))
+        Ok(Some((result, consumer_store)))
     }
 
     /// Appends a consumer-protocol group's state if it changed since it was
@@ -274,6 +289,19 @@ impl GroupCoordinator {
         }
     }
 
+    /// `group.consumer.migration.policy` (Kafka's): whether a classic group
+    /// with members converts when a member of the consumer protocol joins
+    /// (upgrade), and whether a consumer group left with classic members only
+    /// converts back (downgrade).
+    fn migration_policy(&self) -> (bool, bool) {
+        match self.settings.get("group.consumer.migration.policy").as_deref() {
+            Some("disabled") => (false, false),
+            Some("upgrade") => (true, false),
+            Some("downgrade") => (false, true),
+            _ => (true, true),
+        }
+    }
+
     /// ConsumerGroupHeartbeat (KIP-848): the member's transition, stored and
     /// committed before it is answered, as Kafka does, so a member never acts
     /// on an epoch or assignment a new coordinator would not know.
@@ -285,8 +313,9 @@ impl GroupCoordinator {
         topics: &Topics,
     ) -> Result<HeartbeatAnswer, ResponseError> {
         let limits = self.consumer_limits();
+        let (upgrade, downgrade) = self.migration_policy();
         let now = Instant::now();
-        let (answer, appended) = {
+        let (answer, store, appended) = {
             let mut shards = self.shards();
             let shard = loaded_shard(&mut shards, partition)?;
             if !shard.groups.contains_key(group_id) {
@@ -297,13 +326,26 @@ impl GroupCoordinator {
             }
             let Some(g) = shard.groups.get_mut(group_id) else { return Err(ResponseError::UnknownMemberId) };
             // An empty classic group (offsets only) becomes a consumer group
-            // once a member joins it; one with classic members is not one (no
-            // online migration yet).
+            // once a member joins it; one with members is taken over with
+            // them (KIP-848's online upgrade), if the policy allows.
             let converting = g.consumer.is_none();
-            if converting && (!g.members.is_empty() || g.state != GroupState::Empty) {
-                return Err(ResponseError::GroupIdNotFound);
+            let upgrading = converting && !(g.members.is_empty() && g.state == GroupState::Empty);
+            if upgrading {
+                if hb.member_epoch != consumer::JOIN_EPOCH {
+                    return Err(ResponseError::UnknownMemberId);
+                }
+                if !(upgrade && g.can_upgrade()) {
+                    return Err(ResponseError::GroupIdNotFound);
+                }
             }
-            let mut c = g.consumer.take().unwrap_or_default();
+            let mut c = match g.consumer.take() {
+                Some(c) => c,
+                None if upgrading => {
+                    let (members, generation) = g.members_to_hand_over();
+                    ConsumerGroup::from_classic(members, generation, topics, now)
+                }
+                None => ConsumerGroup::default(),
+            };
             let epoch = c.assignment_epoch;
             let answer = c.heartbeat(hb, topics, &limits, now, consumer::new_member_id);
             if c.assignment_epoch != epoch {
@@ -317,15 +359,29 @@ impl GroupCoordinator {
                 );
             }
             if !(converting && answer.is_err()) {
+                if upgrading {
+                    tracing::info!(
+                        group = %group_id,
+                        classic_members = g.members.len(),
+                        generation = g.generation,
+                        "classic group converted to the consumer protocol: a member of it joined"
+                    );
+                    g.hand_over(wall_ms());
+                }
                 g.consumer = Some(c);
             }
+            downgrade_if_all_classic(g, downgrade, now, wall_ms());
             g.sync_consumer_state(wall_ms());
+            let store = self.append_group(partition, g);
             let appended = self.append_consumer(partition, g);
             if g.is_unused() {
                 shard.groups.remove(group_id);
             }
-            (answer, appended)
+            (answer, store, appended)
         };
+        if let Some(store) = store {
+            self.finish_store(store);
+        }
         if let Some(appended) = appended {
             self.await_commit(appended?).await?;
         }
@@ -614,6 +670,7 @@ impl GroupCoordinator {
             let mut shards = self.shards();
             let consumers = shards.values().any(|s| s.groups.values().any(|g| g.consumer.is_some()));
             let limits = consumers.then(|| self.consumer_limits());
+            let (_, downgrade) = self.migration_policy();
             for (&index, shard) in shards.iter_mut().filter(|(_, s)| s.loaded) {
                 for g in shard.groups.values_mut() {
                     g.tick(now, now_ms);
@@ -622,7 +679,9 @@ impl GroupCoordinator {
                         for member in c.expire(limits, now) {
                             tracing::info!(group = %g.id, member = %member, "consumer group member removed: session or rebalance timeout");
                         }
+                        downgrade_if_all_classic(g, downgrade, now, now_ms);
                         g.sync_consumer_state(now_ms);
+                        stores.extend(self.append_group(index, g));
                         if let Some(appended) = self.append_consumer(index, g) {
                             consumer_stores.push((g.id.clone(), appended));
                         }
@@ -701,26 +760,86 @@ impl GroupCoordinator {
         }
     }
 
-    pub async fn join(self: &Arc<Self>, partition: i32, group_id: &str, req: JoinRequest) -> JoinResult {
+    /// JoinGroup. In a group of the consumer protocol with members, a classic
+    /// member joins it (KIP-848's online migration), and is answered once the
+    /// group's new state is committed, as a heartbeat of the new protocol is.
+    pub async fn join(
+        self: &Arc<Self>,
+        partition: i32,
+        group_id: &str,
+        req: JoinRequest,
+        topics: impl FnOnce() -> Topics,
+    ) -> JoinResult {
         let member_id = req.member_id.clone();
         let (tx, rx) = oneshot::channel();
         let limits = self.limits;
+        let consumer_limits = self.consumer_limits();
+        let (upgrade, downgrade) = self.migration_policy();
         let now = Instant::now();
-        let joined = self.with_group(partition, group_id, true, |g| {
-            if let Some(c) = &g.consumer {
+        let joined = self.with_group_unwaited(partition, group_id, true, |g| {
+            if let Some(c) = g.consumer.as_mut() {
                 if !c.members.is_empty() {
-                    // A group of the consumer protocol with members (no online migration yet).
-                    let _ = tx.send(JoinResult::error(ResponseError::InconsistentGroupProtocol, &req.member_id));
-                    return;
+                    if !(upgrade || downgrade) || req.protocol_type != "consumer" {
+                        return Some(Err(ResponseError::InconsistentGroupProtocol));
+                    }
+                    let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
+                    if req.session_timeout_ms < 0
+                        || session < limits.min_session_timeout
+                        || session > limits.max_session_timeout
+                    {
+                        return Some(Err(ResponseError::InvalidSessionTimeout));
+                    }
+                    let join = ClassicJoin {
+                        member_id: req.member_id,
+                        instance_id: req.instance_id,
+                        client_id: req.client_id,
+                        client_host: req.client_host,
+                        session_timeout_ms: req.session_timeout_ms,
+                        rebalance_timeout_ms: req.rebalance_timeout_ms,
+                        protocols: req.protocols,
+                    };
+                    let joined = c.classic_join(join, &topics(), &consumer_limits, now, consumer::new_member_id);
+                    g.sync_consumer_state(wall_ms());
+                    return Some(joined);
                 }
                 // An empty one becomes a classic group again.
                 g.consumer = None;
                 g.consumer_dropped = true;
             }
-            g.join(req, tx, &limits, now, wall_ms())
+            g.join(req, tx, &limits, now, wall_ms());
+            None
         });
         match joined {
-            Ok(_) => rx.await.unwrap_or_else(|_| JoinResult::error(ResponseError::NotCoordinator, &member_id)),
+            Ok(Some((Some(classic), appended))) => {
+                let committed = match appended {
+                    Some(a) => match a {
+                        Ok(a) => self.await_commit(a).await.map(|_| ()),
+                        Err(e) => Err(e),
+                    },
+                    None => Ok(()),
+                };
+                match (classic, committed) {
+                    (Ok(j), Ok(())) => JoinResult {
+                        error: None,
+                        generation: j.generation,
+                        protocol_type: Some("consumer".to_string()),
+                        protocol: Some(j.protocol),
+                        // The broker assigns: every classic member is a follower.
+                        leader: String::new(),
+                        member_id: j.member_id,
+                        members: Vec::new(),
+                        skip_assignment: false,
+                    },
+                    (Err(e), _) | (_, Err(e)) => JoinResult::error(e, &member_id),
+                }
+            }
+            Ok(Some((None, appended))) => {
+                if let Some(appended) = appended {
+                    self.finish_consumer_store(group_id, appended);
+                }
+                rx.await.unwrap_or_else(|_| JoinResult::error(ResponseError::NotCoordinator, &member_id))
+            }
+            Ok(None) => JoinResult::error(ResponseError::NotCoordinator, &member_id),
             Err(e) => JoinResult::error(e, &member_id),
         }
     }
@@ -728,9 +847,24 @@ impl GroupCoordinator {
     pub async fn sync(self: &Arc<Self>, partition: i32, group_id: &str, req: SyncRequest<'_>) -> SyncResult {
         let (tx, rx) = oneshot::channel();
         let now = Instant::now();
-        let call = self.with_group(partition, group_id, false, |g| g.sync(req, tx, now));
+        let call = self.with_group(partition, group_id, false, |g| match g.consumer.as_mut() {
+            Some(c) => Some(
+                c.classic_sync(req.member_id, req.instance_id, req.generation, req.protocol_type, req.protocol, now)
+                    .map_or_else(SyncResult::error, |(protocol, assigned)| SyncResult {
+                        error: None,
+                        protocol_type: Some("consumer".to_string()),
+                        protocol: Some(protocol),
+                        assignment: assignment::encode_assignment(&assigned),
+                    }),
+            ),
+            None => {
+                g.sync(req, tx, now);
+                None
+            }
+        });
         match call {
-            Ok(Some(())) => rx.await.unwrap_or_else(|_| SyncResult::error(ResponseError::NotCoordinator)),
+            Ok(Some(Some(classic))) => classic,
+            Ok(Some(None)) => rx.await.unwrap_or_else(|_| SyncResult::error(ResponseError::NotCoordinator)),
             Ok(None) => SyncResult::error(ResponseError::UnknownMemberId),
             Err(e) => SyncResult::error(e),
         }
@@ -743,10 +877,15 @@ impl GroupCoordinator {
         member_id: &str,
         instance_id: Option<&str>,
         generation: i32,
+        topics: impl FnOnce() -> Topics,
     ) -> Result<(), ResponseError> {
         let now = Instant::now();
-        self.with_group(partition, group_id, false, |g| g.heartbeat(member_id, instance_id, generation, now))?
-            .unwrap_or(Err(ResponseError::UnknownMemberId))
+        let limits = self.consumer_limits();
+        self.with_group(partition, group_id, false, |g| match g.consumer.as_mut() {
+            Some(c) => c.classic_heartbeat(member_id, instance_id, generation, &topics(), &limits, now),
+            None => g.heartbeat(member_id, instance_id, generation, now),
+        })?
+        .unwrap_or(Err(ResponseError::UnknownMemberId))
     }
 
     /// Removes members (by member id, or instance id); one result per member.
@@ -755,10 +894,21 @@ impl GroupCoordinator {
         partition: i32,
         group_id: &str,
         members: &[(String, Option<String>)],
+        topics: impl FnOnce() -> Topics,
     ) -> Result<Vec<Result<String, ResponseError>>, ResponseError> {
         let now = Instant::now();
+        let limits = self.consumer_limits();
         let results = self.with_group(partition, group_id, false, |g| {
-            members.iter().map(|(m, i)| g.leave(m, i.as_deref(), now, wall_ms())).collect::<Vec<_>>()
+            let topics = if g.consumer.is_some() { topics() } else { Topics::new() };
+            let results = members
+                .iter()
+                .map(|(m, i)| match g.consumer.as_mut() {
+                    Some(c) => c.classic_leave(m, i.as_deref(), &topics, &limits, now),
+                    None => g.leave(m, i.as_deref(), now, wall_ms()),
+                })
+                .collect::<Vec<_>>();
+            g.sync_consumer_state(wall_ms());
+            results
         })?;
         Ok(results.unwrap_or_else(|| members.iter().map(|_| Err(ResponseError::UnknownMemberId)).collect()))
     }
@@ -1066,6 +1216,30 @@ impl GroupCoordinator {
 }
 
 /// The shard of a `__consumer_offsets` partition coordinated here, once loaded.
+/// The append of a consumer-protocol group's state, to wait on.
+type ConsumerAppend = Result<Appended, ResponseError>;
+
+/// KIP-848's downgrade: a group of the consumer protocol left with classic
+/// members only (its last member of the new protocol left or timed out)
+/// becomes a classic group again, at the newest epoch of its members, and
+/// rebalances. The policy may forbid it.
+fn downgrade_if_all_classic(g: &mut Group, allowed: bool, now: Instant, now_ms: i64) {
+    if !allowed || !g.consumer.as_ref().is_some_and(ConsumerGroup::all_classic) {
+        return;
+    }
+    let Some(c) = g.consumer.take() else { return };
+    let generation = c.members.values().map(|m| m.epoch).max().unwrap_or(c.group_epoch);
+    let members = c.into_classic();
+    tracing::info!(
+        group = %g.id,
+        members = members.len(),
+        generation,
+        "consumer group converted back to a classic group: only classic members are left"
+    );
+    g.consumer_dropped = true;
+    g.take_back_members(members, generation, now, now_ms);
+}
+
 fn loaded_shard(shards: &mut HashMap<i32, Shard>, partition: i32) -> Result<&mut Shard, ResponseError> {
     let shard = shards.get_mut(&partition).ok_or(ResponseError::NotCoordinator)?;
     if !shard.loaded {

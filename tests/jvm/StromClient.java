@@ -10,19 +10,32 @@
 //   prints "<partition> <offset> <value>" per record, commits synchronously, and exits 1
 //   if TIMEOUT_S passes first.
 //
+//   java -cp 'target/jvm/lib/*' tests/jvm/StromClient.java member BOOTSTRAP TOPIC GROUP
+// member: a long-lived group member that prints one JSON line per event, with the
+//   CLOCK_MONOTONIC time `t` in seconds (System.nanoTime on Linux, comparable with
+//   other processes' monotonic clocks): {"ev": "assign"|"revoke"|"lost", "parts": [...]}
+//   from its rebalance listener, {"ev": "consumed", "values": [...]} before each commit
+//   (every half second), {"ev": "closing"} and {"ev": "closed"} around close(), which
+//   starts on SIGTERM.
+//
 // Extra client settings come as KEY=VALUE arguments after the fixed ones.
 
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Collection;
 import java.util.Properties;
 import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicBoolean;
 
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.WakeupException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -34,12 +47,13 @@ public class StromClient {
         switch (args[0]) {
             case "produce" -> produce(args);
             case "consume" -> consume(args);
+            case "member" -> member(args);
             default -> usage();
         }
     }
 
     static void usage() {
-        System.err.println("usage: produce BOOTSTRAP TOPIC COUNT [K=V...] | consume BOOTSTRAP TOPIC GROUP COUNT TIMEOUT_S [K=V...]");
+        System.err.println("usage: produce BOOTSTRAP TOPIC COUNT [K=V...] | consume BOOTSTRAP TOPIC GROUP COUNT TIMEOUT_S [K=V...] | member BOOTSTRAP TOPIC GROUP [K=V...]");
         System.exit(2);
     }
 
@@ -117,5 +131,86 @@ public class StromClient {
             }
             consumer.commitSync();
         }
+    }
+
+    static synchronized void emit(String ev, String fields) {
+        double t = System.nanoTime() / 1e9;
+        System.out.println(String.format("{\"t\": %.6f, \"ev\": \"%s\"%s}", t, ev, fields));
+        System.out.flush();
+    }
+
+    static String parts(Collection<TopicPartition> ps) {
+        List<Integer> sorted = new ArrayList<>();
+        for (TopicPartition tp : ps) {
+            sorted.add(tp.partition());
+        }
+        sorted.sort(null);
+        return ", \"parts\": " + sorted;
+    }
+
+    static void member(String[] args) throws Exception {
+        if (args.length < 4) {
+            usage();
+        }
+        Properties props = new Properties();
+        props.put("bootstrap.servers", args[1]);
+        props.put("group.id", args[3]);
+        props.put("auto.offset.reset", "earliest");
+        props.put("enable.auto.commit", "false");
+        props.put("key.deserializer", StringDeserializer.class.getName());
+        props.put("value.deserializer", StringDeserializer.class.getName());
+        extra(props, args, 4);
+        AtomicBoolean stop = new AtomicBoolean(false);
+        Thread main = Thread.currentThread();
+        KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props);
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            stop.set(true);
+            consumer.wakeup();
+            try {
+                main.join(60_000);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+            }
+        }));
+        consumer.subscribe(List.of(args[2]), new ConsumerRebalanceListener() {
+            public void onPartitionsAssigned(Collection<TopicPartition> ps) {
+                emit("assign", parts(ps));
+            }
+
+            public void onPartitionsRevoked(Collection<TopicPartition> ps) {
+                emit("revoke", parts(ps));
+            }
+
+            public void onPartitionsLost(Collection<TopicPartition> ps) {
+                emit("lost", parts(ps));
+            }
+        });
+        List<String> values = new ArrayList<>();
+        long last = System.nanoTime();
+        while (!stop.get()) {
+            try {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(100))) {
+                    values.add("\"" + r.value() + "\"");
+                }
+                if (System.nanoTime() - last >= 500_000_000L) {
+                    last = System.nanoTime();
+                    if (!values.isEmpty()) {
+                        emit("consumed", ", \"values\": " + values);
+                        values.clear();
+                        consumer.commitSync();
+                    }
+                }
+            } catch (WakeupException e) {
+                break;
+            } catch (Exception e) {
+                emit("commit_error", ", \"error\": \"" + e.getClass().getSimpleName() + "\"");
+            }
+        }
+        if (!values.isEmpty()) {
+            emit("consumed", ", \"values\": " + values);
+        }
+        emit("closing", "");
+        consumer.close();
+        emit("closed", "");
     }
 }

@@ -3,6 +3,10 @@ run as its own process so that a test can SIGKILL it like a crashed consumer.
 
     kip848_member.py BOOTSTRAP GROUP TOPIC ASSIGNOR [INSTANCE_ID]
 
+ASSIGNOR is the broker's assignor (group.remote.assignor), or `classic:STRATEGY` for a
+member of the classic protocol with that partition.assignment.strategy (the online
+migration tests mix both in one group).
+
 It prints one JSON line per event, each with CLOCK_MONOTONIC time `t` (comparable
 between processes on one machine):
   {"ev": "assign"|"revoke"|"lost", "parts": [...]}   partitions added to or taken from it
@@ -22,9 +26,13 @@ import confluent_kafka as ck
 def main():
     bootstrap, group, topic, assignor = sys.argv[1:5]
     instance = sys.argv[5] if len(sys.argv) > 5 else None
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
-            "group.remote.assignor": assignor, "auto.offset.reset": "earliest",
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
             "enable.auto.commit": False, "client.id": f"kip848-{instance or 'member'}"}
+    if assignor.startswith("classic:"):
+        conf.update({"group.protocol": "classic", "partition.assignment.strategy": assignor[len("classic:"):],
+                     "heartbeat.interval.ms": 500, "session.timeout.ms": 6000})
+    else:
+        conf.update({"group.protocol": "consumer", "group.remote.assignor": assignor})
     if instance:
         conf["group.instance.id"] = instance
     consumer = ck.Consumer(conf)

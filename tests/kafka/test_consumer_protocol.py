@@ -4,8 +4,8 @@ assignor splits 8 partitions 3/3/2; members joining, leaving and crashing move p
 without any partition owned by two members at once (checked on the merged timeline of
 every member's assign/revoke callbacks); the group and its committed offsets survive its
 coordinator's broker being SIGKILLed; the coordinator's error codes for bad heartbeats;
-an empty classic group becoming a consumer group, and a classic member refused from one
-with members."""
+an empty classic group becoming a consumer group; and KIP-848's online migration, a live
+classic group converting when a member of the new protocol joins and back when it leaves."""
 import json
 import os
 import signal
@@ -24,7 +24,7 @@ from test_groups import Feeder, find_coordinator, group_view, produce
 
 FENCED_MEMBER_EPOCH, UNSUPPORTED_ASSIGNOR, UNKNOWN_MEMBER_ID = 110, 112, 25
 INVALID_REQUEST, INVALID_REGULAR_EXPRESSION, INCONSISTENT_GROUP_PROTOCOL = 42, 128, 23
-GROUP_ID_NOT_FOUND = 69
+GROUP_ID_NOT_FOUND, REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION = 69, 27, 22
 
 SESSION_MS = 6000
 SETTINGS = FAST + (
@@ -43,10 +43,12 @@ def cluster(tmp_path_factory):
 
 
 class Member:
-    """A kip848_member.py process; its events are read by a thread as they come."""
+    """A kip848_member.py process (or another `argv` that prints the same events); its
+    events are read by a thread as they come."""
 
-    def __init__(self, cluster, group, topic, assignor="range", instance=None):
-        argv = [sys.executable, MEMBER, cluster.bootstrap, group, topic, assignor] + ([instance] if instance else [])
+    def __init__(self, cluster, group, topic, assignor="range", instance=None, argv=None):
+        if argv is None:
+            argv = [sys.executable, MEMBER, cluster.bootstrap, group, topic, assignor] + ([instance] if instance else [])
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.events, self.lock = [], threading.Lock()
         self.killed_at = None
@@ -295,8 +297,9 @@ def test_heartbeat_errors_and_a_whole_member_life_by_hand(cluster):
     assert (acked["error"], acked["member_epoch"]) == (0, 2), acked
     freed = hb(group, "m-2", 2, owned={})
     assert (freed["error"], freed["assignment"]) == (0, {tid: [4, 5, 6, 7]}), freed
-    # A classic member cannot join a group of the consumer protocol with members.
-    joined_classic = at_coordinator(cluster, group, lambda addr: wire.join(addr, group, [topic], version=5))
+    # A classic member of another protocol type cannot join a group of the consumer protocol.
+    joined_classic = at_coordinator(cluster, group, lambda addr: wire.join(addr, group, [topic], version=5,
+                                                                            protocol_type="connect"))
     assert joined_classic["error"] == INCONSISTENT_GROUP_PROTOCOL
     for member in ("m-1", "m-2"):
         left = hb(group, member, -1)
@@ -317,48 +320,100 @@ def test_an_empty_classic_group_becomes_a_consumer_group(cluster):
     assert (joined["error"], joined["member_epoch"]) == (0, 1), joined
     view = consumer_view(cluster, group, lambda v: v["group_protocol"] == "consumer" and v["members"])
     assert [o["committed"] for o in view["offsets"] if o["partition"] == 0] == [5]
-    # A classic group with members is not taken over.
-    classic = "kip848-classic-group"
-    assert at_coordinator(cluster, classic, lambda addr: wire.join(addr, classic, [topic], version=5))["error"] == 0
+    # A classic group of another protocol type is not taken over.
+    classic = "kip848-connect-group"
+    assert at_coordinator(cluster, classic, lambda addr: wire.join(addr, classic, [topic], version=5,
+                                                                   protocol_type="connect"))["error"] == 0
     refused = at_coordinator(cluster, classic, lambda addr: wire.consumer_group_heartbeat(
         addr, classic, "m-1", 0, topics=[topic], owned={}))
     assert refused["error"] == GROUP_ID_NOT_FOUND
 
 
-def consume_and_commit(bootstrap, group, topic, count, protocol, timeout=60):
-    """One confluent-kafka member of `group` (protocol "classic" or "consumer") reads `count`
-    records of a one-partition topic, commits them, and leaves; the values it read."""
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-            "enable.auto.commit": False}
-    if protocol == "consumer":
-        conf.update({"group.protocol": "consumer", "group.remote.assignor": "uniform"})
-    c = ck.Consumer(conf)
-    got = []
+def test_a_classic_member_joins_a_consumer_group_by_hand(cluster):
+    """A classic member in a group of the consumer protocol, request by request: the broker
+    assigns it (it is a follower, its generation is its member epoch), and its heartbeats
+    ask it to rejoin until it holds its whole target."""
+    topic, group = "kip848-mixed", "kip848-mixed-group"
+    cluster.create_topic(topic, partitions=4, rf=1)
+    cluster.wait_topic(topic, 4)
+    tid = topic_id_of(cluster, topic)
+
+    def call(f):
+        return at_coordinator(cluster, group, f)
+
+    def sync(member, generation):
+        out = call(lambda a: dict(zip(("error", "data"), wire.sync_group(a, group, generation, member))))
+        return out["error"], wire.decode_assignment(out["data"])
+
+    def beat(member, generation):
+        return call(lambda a: {"error": wire.heartbeat(a, group, generation, member)})["error"]
+
+    first = call(lambda a: wire.consumer_group_heartbeat(a, group, "m-1", 0, topics=[topic], owned={}))
+    assert (first["error"], first["member_epoch"], first["assignment"]) == (0, 1, {tid: [0, 1, 2, 3]}), first
+    joined = call(lambda a: wire.join(a, group, [topic], version=5, protocol="cooperative-sticky"))
+    assert joined["error"] == 0 and joined["leader"] == "" and joined["members"] == [], joined
+    me, generation = joined["member_id"], joined["generation"]
+    assert generation == 2, "it joined at the new epoch, with nothing yet"
+    assert sync(me, generation) == (0, {})
+    assert beat(me, generation) == REBALANCE_IN_PROGRESS
+    # The other member gives up two partitions; rejoining, the classic member gets them.
+    told = call(lambda a: wire.consumer_group_heartbeat(a, group, "m-1", 1, owned={tid: [0, 1, 2, 3]}))
+    kept = told["assignment"][tid]
+    assert len(kept) == 2, told
+    acked = call(lambda a: wire.consumer_group_heartbeat(a, group, "m-1", 1, owned={tid: kept}))
+    assert (acked["error"], acked["member_epoch"]) == (0, 2), acked
+    rejoined = call(lambda a: wire.join(a, group, [topic], member_id=me, version=5, protocol="cooperative-sticky"))
+    assert (rejoined["error"], rejoined["generation"]) == (0, 2), rejoined
+    error, got = sync(me, 2)
+    assert error == 0 and sorted(got[topic]) == sorted(set(range(4)) - set(kept)), (error, got)
+    assert beat(me, 2) == 0
+    assert beat(me, 1) == ILLEGAL_GENERATION
+    view = consumer_view(cluster, group, lambda v: v["state"] == "Stable")
+    assert sorted(m["member_type"] for m in view["members"]) == ["classic", "consumer"], view
+    # The member of the new protocol leaves: the group is a classic group again, and rebalances.
+    left = call(lambda a: wire.consumer_group_heartbeat(a, group, "m-1", -1))
+    assert left["error"] == 0, left
+    view = consumer_view(cluster, group, lambda v: v["group_protocol"] == "classic")
+    assert view["state"] == "PreparingRebalance" and [m["member_id"] for m in view["members"]] == [me], view
+    assert beat(me, 2) == REBALANCE_IN_PROGRESS
+    again = call(lambda a: wire.join(a, group, [topic], member_id=me, version=5, protocol="cooperative-sticky"))
+    assert (again["error"], again["generation"], again["leader"]) == (0, 3, me), again
+    assert call(lambda a: dict(zip(("error", "member_error"), wire.leave_group(a, group, me))))["error"] == 0
+
+def test_a_live_group_moves_from_classic_to_consumer_and_back_without_double_ownership(cluster):
+    """KIP-848's online migration with librdkafka: two classic members (cooperative-sticky)
+    share 6 partitions; a member of the consumer protocol joins the live group, which
+    converts, keeps its classic members and splits 2/2/2; it leaves, and the group converts
+    back and splits 3/3 between the two classic members. No partition is owned by two members
+    at any time, and every acknowledged record is consumed."""
+    topic, group = "kip848-online", "kip848-online-group"
+    cluster.create_topic(topic, partitions=6, rf=3)
+    cluster.wait_topic(topic, 6)
+    members = []
+    feeder = Feeder(cluster.bootstrap, topic, 6, "online", rate=300)
     try:
-        c.subscribe([topic])
-        deadline = time.monotonic() + timeout
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"{protocol} member read {len(got)} of {count}"
-            msg = c.poll(0.2)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value().decode())
-                if len(got) == count:
-                    c.commit(message=msg, asynchronous=False)
+        members = [Member(cluster, group, topic, assignor="classic:cooperative-sticky") for _ in range(2)]
+        wait_split(members, 6, [3, 3])
+        view = consumer_view(cluster, group, lambda v: v["state"] == "Stable")
+        assert view["group_protocol"] == "classic", view
+        feeder.start()
+        wait_for("records flowing", 30, lambda: feeder.count() >= 300)
+
+        members.append(Member(cluster, group, topic, assignor="uniform"))
+        wait_split(members, 6, [2, 2, 2])
+        view = consumer_view(cluster, group, lambda v: v["state"] == "Stable" and len(v["members"]) == 3)
+        assert view["group_protocol"] == "consumer", view
+        assert sorted(m["member_type"] for m in view["members"]) == ["classic", "classic", "consumer"], view
+
+        members[2].leave()
+        wait_split(members[:2], 6, [3, 3])
+        view = consumer_view(cluster, group, lambda v: v["group_protocol"] == "classic" and v["state"] == "Stable")
+        assert len(view["members"]) == 2, view
+        acked = feeder.stop()
+        wait_for("every acknowledged record consumed", 60,
+                 lambda: {v.decode() for v in acked} <= set().union(*(m.consumed() for m in members)))
+        assert check_exclusive(members) >= 6, "the timeline has the members' callbacks"
     finally:
-        c.close()
-    return got
-
-
-def test_a_group_moves_from_classic_to_consumer_and_back_with_librdkafka(cluster):
-    """Kafka's offline migration: the group's members stop and come back with the other
-    protocol; each generation of members starts from the offsets the last one committed."""
-    topic, group = "kip848-migrate", "kip848-migrate-group"
-    cluster.create_topic(topic, partitions=1, rf=3)
-    cluster.wait_topic(topic, 1)
-    produce(cluster.bootstrap, topic, [(0, f"m-{i:04d}".encode()) for i in range(300)])
-    seen = []
-    for protocol in ("classic", "consumer", "classic"):
-        seen += consume_and_commit(cluster.bootstrap, group, topic, 100, protocol)
-        view = consumer_view(cluster, group, lambda v: v["state"] == "Empty")
-        assert view["group_protocol"] == protocol, view
-    assert seen == [f"m-{i:04d}" for i in range(300)], "each member went on where the last one stopped"
+        feeder.stop_event.set()
+        for m in members:
+            m.stop()

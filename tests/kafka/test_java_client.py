@@ -140,3 +140,46 @@ def test_java_consumer_protocol_group_after_a_classic_one(java, cluster3):
     view = harness.wait_for("the group's admin view", 20,
                             lambda: (lambda s_b: s_b[1] if s_b[0] == 200 else None)(c.get(1, f"/v1/groups/{group}")))
     assert (view["group_protocol"], view["assignor"]) == ("consumer", "range"), view
+
+
+def test_java_classic_group_converts_online_to_the_consumer_protocol_and_back(java, cluster3):
+    """KIP-848's online migration with the Java client: two classic members (its default
+    assignors, range first, so they rebalance eagerly) share 6 partitions; a member with
+    group.protocol=consumer joins the live group, which converts and splits 2/2/2 with the
+    classic members still in it; it leaves, and the group is classic again, split 3/3. No
+    partition is owned by two members at once, and every acknowledged record is consumed."""
+    from test_consumer_protocol import Member, check_exclusive, consumer_view, wait_split
+    from test_groups import Feeder
+    c = cluster3
+    topic = f"java-online-{uuid.uuid4().hex[:8]}"
+    group = f"g-{topic}"
+    c.create_topic(topic, partitions=6, rf=3)
+    c.wait_topic(topic, 6)
+
+    def member(*settings):
+        argv = jvm.command(SOURCE, "member", c.bootstrap, topic, group, *settings)
+        return Member(c, group, topic, argv=argv)
+
+    classic = ("heartbeat.interval.ms=500", "session.timeout.ms=10000")
+    members = []
+    feeder = Feeder(c.bootstrap, topic, 6, "jonline", rate=200)
+    try:
+        members = [member(*classic), member(*classic)]
+        wait_split(members, 6, [3, 3], timeout=90)
+        feeder.start()
+        harness.wait_for("records flowing", 30, lambda: feeder.count() >= 200)
+        members.append(member("group.protocol=consumer", "group.remote.assignor=uniform"))
+        wait_split(members, 6, [2, 2, 2], timeout=90)
+        view = consumer_view(c, group, lambda v: v["group_protocol"] == "consumer" and len(v["members"]) == 3)
+        assert sorted(m["member_type"] for m in view["members"]) == ["classic", "classic", "consumer"], view
+        members[2].leave()
+        wait_split(members[:2], 6, [3, 3], timeout=90)
+        consumer_view(c, group, lambda v: v["group_protocol"] == "classic" and v["state"] == "Stable")
+        acked = feeder.stop()
+        harness.wait_for("every acknowledged record consumed", 60,
+                         lambda: {v.decode() for v in acked} <= set().union(*(m.consumed() for m in members)))
+        assert check_exclusive(members) >= 6
+    finally:
+        feeder.stop_event.set()
+        for m in members:
+            m.stop()

@@ -14,6 +14,7 @@
 //! session, is removed.
 
 pub mod assignor;
+pub mod classic;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -96,6 +97,10 @@ pub struct ConsumerMember {
     pub last_seen: Instant,
     #[serde(skip)]
     pub revoke_deadline: Option<Instant>,
+    /// A member of the classic protocol, in the group since it converted
+    /// (KIP-848's online migration): what JoinGroup told of it.
+    #[serde(default)]
+    pub classic: Option<classic::ClassicProtocol>,
 }
 
 impl ConsumerMember {
@@ -440,7 +445,8 @@ impl ConsumerGroup {
         let member_id = if hb.member_epoch == JOIN_EPOCH {
             self.join(&hb, limits, now, new_member_id)?
         } else {
-            let m = self.members.get(&hb.member_id).ok_or(ResponseError::UnknownMemberId)?;
+            let m =
+                self.members.get(&hb.member_id).filter(|m| !m.is_classic()).ok_or(ResponseError::UnknownMemberId)?;
             if let (Some(instance), Some(mine)) = (hb.instance_id.as_deref(), m.instance_id.as_deref()) {
                 if instance != mine {
                     return Err(ResponseError::FencedInstanceId);
@@ -491,7 +497,9 @@ impl ConsumerGroup {
                     self.reset(&member_id);
                     return Ok(member_id);
                 }
-                let away = self.members.get(&previous).is_some_and(|m| m.away);
+                // A classic static member upgrading to this protocol takes
+                // its place the same way.
+                let away = self.members.get(&previous).is_some_and(|m| m.away || m.is_classic());
                 if !away {
                     return Err(ResponseError::UnreleasedInstanceId);
                 }
@@ -500,6 +508,7 @@ impl ConsumerGroup {
                 if let Some(mut m) = self.members.remove(&previous) {
                     m.id = member_id.clone();
                     m.away = false;
+                    m.classic = None;
                     m.last_seen = now;
                     if let Some(t) = self.target.remove(&previous) {
                         self.target.insert(member_id.clone(), t);
@@ -537,6 +546,7 @@ impl ConsumerGroup {
                 away: false,
                 last_seen: now,
                 revoke_deadline: None,
+                classic: None,
             },
         );
         self.bump();
@@ -553,6 +563,7 @@ impl ConsumerGroup {
             m.state = MemberState::Stable;
             m.away = false;
             m.revoke_deadline = None;
+            m.classic = None;
             self.dirty = true;
         }
     }
@@ -646,7 +657,7 @@ impl ConsumerGroup {
             .members
             .values()
             .filter(|m| {
-                now.saturating_duration_since(m.last_seen) > limits.session_timeout
+                now.saturating_duration_since(m.last_seen) > m.session_timeout(limits)
                     || m.revoke_deadline.is_some_and(|d| now > d)
             })
             .map(|m| m.id.clone())

@@ -26,6 +26,7 @@ use super::consumer::ConsumerGroup;
 use super::records::{GroupValue, MemberValue};
 
 mod membership;
+mod migration;
 mod offsets;
 mod rebalance;
 

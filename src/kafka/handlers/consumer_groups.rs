@@ -213,8 +213,12 @@ pub fn describe(
                         .with_subscribed_topic_regex(m.regex.clone().map(str_bytes))
                         .with_assignment(described(Some(&m.assigned), &names))
                         .with_target_assignment(described(c.target.get(&m.id), &names))
-                        // v1: 1 = a member of the consumer protocol.
-                        .with_member_type(if version >= 1 { 1 } else { -1 })
+                        // v1: 0 = a classic member (online migration), 1 = one of the consumer protocol.
+                        .with_member_type(match (version >= 1, m.is_classic()) {
+                            (false, _) => -1,
+                            (true, true) => 0,
+                            (true, false) => 1,
+                        })
                 })
                 .collect();
             out

@@ -255,7 +255,8 @@ pub async fn join(ctx: &NodeContext, r: JoinGroupRequest, version: i16, client: 
         require_known_member_id: version >= 4,
     };
     let partition = partition_of(ctx, &group);
-    let result = ctx.groups.join(partition, &group, req).await;
+    let image = ctx.quorum.image();
+    let result = ctx.groups.join(partition, &group, req, || super::consumer_groups::topics_of(&image)).await;
     response.error_code = code(result.error);
     response.generation_id = result.generation;
     response.member_id = str_bytes(result.member_id);
@@ -330,7 +331,16 @@ pub fn heartbeat(ctx: &NodeContext, r: HeartbeatRequest, version: i16, client: &
         Err(ResponseError::GroupAuthorizationFailed)
     } else {
         coordinating(ctx).and_then(|()| {
-            ctx.groups.heartbeat(partition_of(ctx, &group), &group, r.member_id.as_str(), instance, r.generation_id)
+            let image = ctx.quorum.image();
+            let topics = || super::consumer_groups::topics_of(&image);
+            ctx.groups.heartbeat(
+                partition_of(ctx, &group),
+                &group,
+                r.member_id.as_str(),
+                instance,
+                r.generation_id,
+                topics,
+            )
         })
     };
     HeartbeatResponse::default().with_error_code(code(result.err()))
@@ -347,7 +357,8 @@ pub fn leave(ctx: &NodeContext, r: LeaveGroupRequest, version: i16, client: &Cli
         vec![(r.member_id.to_string(), None)]
     };
     let mut response = LeaveGroupResponse::default();
-    match ctx.groups.leave(partition_of(ctx, &group), &group, &members) {
+    let image = ctx.quorum.image();
+    match ctx.groups.leave(partition_of(ctx, &group), &group, &members, || super::consumer_groups::topics_of(&image)) {
         Err(e) => response.error_code = e.code(),
         Ok(results) if version >= 3 => {
             response.members = members
