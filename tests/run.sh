@@ -20,7 +20,7 @@ tests/setup_python.sh
 tests/setup_jvm.sh
 # pytest exits 5 when it collected no test: that is a failure here, not a pass.
 rc=0
-STROM_BIN="${STROM_BIN:-$PWD/target/debug/strom}" target/pyenv/bin/python -m pytest tests/kafka tests/chaos -v || rc=$?
+STROM_BIN="${STROM_BIN:-$PWD/target/debug/strom}" target/pyenv/bin/python -m pytest tests/kafka tests/chaos -v --durations=40 || rc=$?
 if [ "$rc" = 5 ]; then
   echo "pytest collected no Kafka client tests" >&2
   exit 1

@@ -1215,7 +1215,6 @@ impl GroupCoordinator {
     }
 }
 
-/// The shard of a `__consumer_offsets` partition coordinated here, once loaded.
 /// The append of a consumer-protocol group's state, to wait on.
 type ConsumerAppend = Result<Appended, ResponseError>;
 
@@ -1240,6 +1239,7 @@ fn downgrade_if_all_classic(g: &mut Group, allowed: bool, now: Instant, now_ms: 
     g.take_back_members(members, generation, now, now_ms);
 }
 
+/// The shard of a `__consumer_offsets` partition coordinated here, once loaded.
 fn loaded_shard(shards: &mut HashMap<i32, Shard>, partition: i32) -> Result<&mut Shard, ResponseError> {
     let shard = shards.get_mut(&partition).ok_or(ResponseError::NotCoordinator)?;
     if !shard.loaded {

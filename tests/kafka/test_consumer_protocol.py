@@ -380,6 +380,45 @@ def test_a_classic_member_joins_a_consumer_group_by_hand(cluster):
     assert (again["error"], again["generation"], again["leader"]) == (0, 3, me), again
     assert call(lambda a: dict(zip(("error", "member_error"), wire.leave_group(a, group, me))))["error"] == 0
 
+def consume_and_commit(bootstrap, group, topic, count, protocol, timeout=60):
+    """One confluent-kafka member of `group` (protocol "classic" or "consumer") reads `count`
+    records of a one-partition topic, commits them, and leaves; the values it read."""
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+            "enable.auto.commit": False}
+    if protocol == "consumer":
+        conf.update({"group.protocol": "consumer", "group.remote.assignor": "uniform"})
+    c = ck.Consumer(conf)
+    got = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + timeout
+        while len(got) < count:
+            assert time.monotonic() < deadline, f"{protocol} member read {len(got)} of {count}"
+            msg = c.poll(0.2)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value().decode())
+                if len(got) == count:
+                    c.commit(message=msg, asynchronous=False)
+    finally:
+        c.close()
+    return got
+
+
+def test_a_group_moves_from_classic_to_consumer_and_back_with_librdkafka(cluster):
+    """Kafka's offline migration: the group's members stop and come back with the other
+    protocol; each generation of members starts from the offsets the last one committed."""
+    topic, group = "kip848-migrate", "kip848-migrate-group"
+    cluster.create_topic(topic, partitions=1, rf=3)
+    cluster.wait_topic(topic, 1)
+    produce(cluster.bootstrap, topic, [(0, f"m-{i:04d}".encode()) for i in range(300)])
+    seen = []
+    for protocol in ("classic", "consumer", "classic"):
+        seen += consume_and_commit(cluster.bootstrap, group, topic, 100, protocol)
+        view = consumer_view(cluster, group, lambda v: v["state"] == "Empty")
+        assert view["group_protocol"] == protocol, view
+    assert seen == [f"m-{i:04d}" for i in range(300)], "each member went on where the last one stopped"
+
+
 def test_a_live_group_moves_from_classic_to_consumer_and_back_without_double_ownership(cluster):
     """KIP-848's online migration with librdkafka: two classic members (cooperative-sticky)
     share 6 partitions; a member of the consumer protocol joins the live group, which

@@ -241,9 +241,15 @@ impl ConsumerGroup {
             m.client_id = req.client_id;
             m.client_host = req.client_host;
             m.last_seen = now;
-            // What it no longer lists it has given up.
+            // What it no longer lists it has given up (an eager member gives
+            // up everything to rejoin); if that was part of its target, it
+            // gets it back below.
+            let had = m.assigned.clone();
             m.assigned = intersect(&m.assigned, &owned);
             m.revoking = intersect(&m.revoking, &owned);
+            if m.assigned != had && m.state == MemberState::Stable {
+                m.state = MemberState::UnreleasedPartitions;
+            }
             if stated != (m.rack_id.clone(), m.rebalance_timeout_ms, m.classic.clone(), m.client_id.clone()) {
                 self.dirty = true;
             }
@@ -511,6 +517,19 @@ mod tests {
             back.iter().map(|h| decode_assignment(&h.assignment).expect("an assignment")[0].1.len()).collect();
         assert_eq!(owned, vec![2, 2]);
         assert_eq!(back[0].join.protocols[0].0, "cooperative-sticky");
+    }
+
+    #[test]
+    fn an_eager_member_rejoining_of_its_own_accord_gets_its_partitions_back() {
+        let (t, l, now) = (topics(), limits(), Instant::now());
+        let mut g = converted(now);
+        // It gave everything up to rejoin, as an eager member does; nothing else changed.
+        let j = g.classic_join(join("a", None, "cooperative-sticky", &[]), &t, &l, now, || unreachable!());
+        let j = j.expect("rejoined");
+        assert_eq!(j.generation, 5);
+        let (_, got) = g.classic_sync("a", None, 5, None, None, now).expect("synced");
+        assert_eq!(got, vec![("t".to_string(), vec![0, 1, 2])]);
+        assert_eq!(g.classic_heartbeat("a", None, 5, &t, &l, now), Ok(()));
     }
 
     #[test]

@@ -214,11 +214,28 @@ pub fn new_member_id() -> String {
 
 /// Whether `regex` is a valid subscription pattern.
 pub fn valid_regex(regex: &str) -> bool {
-    regex::Regex::new(regex).is_ok()
+    matcher(regex).is_some()
 }
 
+/// Compiled subscription patterns, kept between heartbeats (a member's
+/// pattern is matched against every topic name at each target refresh).
+/// Bounded: past `MAX_CACHED_PATTERNS` it starts over.
+static PATTERNS: std::sync::Mutex<BTreeMap<String, Option<regex::Regex>>> = std::sync::Mutex::new(BTreeMap::new());
+const MAX_CACHED_PATTERNS: usize = 1024;
+
+/// `regex` compiled to match a whole name; `None` if it is not valid.
 fn matcher(regex: &str) -> Option<regex::Regex> {
-    regex::Regex::new(&format!("^(?:{regex})$")).ok()
+    let mut cache = PATTERNS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(compiled) = cache.get(regex) {
+        return compiled.clone();
+    }
+    if cache.len() >= MAX_CACHED_PATTERNS {
+        cache.clear();
+    }
+    // Valid on its own first: `a)|(b` would otherwise slip out of the anchors.
+    let compiled = regex::Regex::new(regex).ok().and_then(|_| regex::Regex::new(&format!("^(?:{regex})$")).ok());
+    cache.insert(regex.to_string(), compiled.clone());
+    compiled
 }
 
 impl ConsumerGroup {
@@ -887,6 +904,17 @@ mod tests {
         assert_eq!(g.state_name(), "Assigning");
         g.heartbeat(beat("s2", epoch, None), &t, &l, later, String::new).expect("ok");
         assert_eq!(g.target["s2"].values().flatten().count(), 4);
+    }
+
+    #[test]
+    fn patterns_must_be_valid_alone_and_match_whole_names() {
+        assert!(valid_regex("orders-.*"));
+        assert!(!valid_regex("a)|(b"), "it would escape the anchors");
+        assert!(!valid_regex("("));
+        let re = matcher("orders-.*").expect("valid");
+        assert!(re.is_match("orders-eu") && !re.is_match("old-orders-eu"));
+        // Cached: the same pattern again is the same answer.
+        assert!(matcher("orders-.*").is_some_and(|again| again.as_str() == re.as_str()));
     }
 
     #[test]
