@@ -438,14 +438,18 @@ def test_a_live_group_moves_from_classic_to_consumer_and_back_without_double_own
         feeder.start()
         wait_for("records flowing", 30, lambda: feeder.count() >= 300)
 
+        started = time.monotonic()
         members.append(Member(cluster, group, topic, assignor="uniform"))
         wait_split(members, 6, [2, 2, 2])
+        print(f"upgrade: 2/2/2 {time.monotonic() - started:.2f} s after the new member's process started")
         view = consumer_view(cluster, group, lambda v: v["state"] == "Stable" and len(v["members"]) == 3)
         assert view["group_protocol"] == "consumer", view
         assert sorted(m["member_type"] for m in view["members"]) == ["classic", "classic", "consumer"], view
 
+        started = time.monotonic()
         members[2].leave()
         wait_split(members[:2], 6, [3, 3])
+        print(f"downgrade: 3/3 {time.monotonic() - started:.2f} s after the new member was told to leave")
         view = consumer_view(cluster, group, lambda v: v["group_protocol"] == "classic" and v["state"] == "Stable")
         assert len(view["members"]) == 2, view
         acked = feeder.stop()
