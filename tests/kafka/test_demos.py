@@ -59,7 +59,9 @@ def test_decommission_demo():
 def test_network_partition_demo():
     text = run_demo("network-partition.sh")
     assert "cut-side writes acknowledged while cut off: 0" in text
-    assert "truncated a divergent suffix" in text
+    # The demo itself checks the truncation against the logs: it is required only when the
+    # old leader's log ran past where the new leader's epoch began.
+    assert "truncated a divergent suffix" in text or "nothing to truncate" in text
     assert "OK: nothing acknowledged lost" in text
 
 
