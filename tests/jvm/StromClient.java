@@ -102,17 +102,23 @@ public class StromClient {
         }
     }
 
-    static void consume(String[] args) {
-        if (args.length < 6) {
-            usage();
-        }
+    /** A group member's settings: from the earliest offset, committing by hand. */
+    static Properties consumerProps(String bootstrap, String group) {
         Properties props = new Properties();
-        props.put("bootstrap.servers", args[1]);
-        props.put("group.id", args[3]);
+        props.put("bootstrap.servers", bootstrap);
+        props.put("group.id", group);
         props.put("auto.offset.reset", "earliest");
         props.put("enable.auto.commit", "false");
         props.put("key.deserializer", StringDeserializer.class.getName());
         props.put("value.deserializer", StringDeserializer.class.getName());
+        return props;
+    }
+
+    static void consume(String[] args) {
+        if (args.length < 6) {
+            usage();
+        }
+        Properties props = consumerProps(args[1], args[3]);
         extra(props, args, 6);
         int count = Integer.parseInt(args[4]);
         long deadline = System.nanoTime() + Long.parseLong(args[5]) * 1_000_000_000L;
@@ -152,13 +158,7 @@ public class StromClient {
         if (args.length < 4) {
             usage();
         }
-        Properties props = new Properties();
-        props.put("bootstrap.servers", args[1]);
-        props.put("group.id", args[3]);
-        props.put("auto.offset.reset", "earliest");
-        props.put("enable.auto.commit", "false");
-        props.put("key.deserializer", StringDeserializer.class.getName());
-        props.put("value.deserializer", StringDeserializer.class.getName());
+        Properties props = consumerProps(args[1], args[3]);
         extra(props, args, 4);
         AtomicBoolean stop = new AtomicBoolean(false);
         Thread main = Thread.currentThread();

@@ -360,27 +360,15 @@ fn sorted(mut topics: Vec<String>) -> Vec<String> {
 
 fn new_classic_member(join: &ClassicJoin, rack: Option<String>, now: Instant) -> ConsumerMember {
     ConsumerMember {
-        id: join.member_id.clone(),
-        instance_id: join.instance_id.clone(),
         rack_id: rack,
         client_id: join.client_id.clone(),
         client_host: join.client_host.clone(),
-        topics: Vec::new(),
-        regex: None,
-        server_assignor: None,
         rebalance_timeout_ms: join.rebalance_timeout_ms,
-        epoch: 0,
-        previous_epoch: -1,
-        state: MemberState::Stable,
-        assigned: Assignment::new(),
-        revoking: Assignment::new(),
-        away: false,
-        last_seen: now,
-        revoke_deadline: None,
         classic: Some(ClassicProtocol {
             session_timeout_ms: join.session_timeout_ms,
             protocols: join.protocols.iter().map(|(n, m)| (n.clone(), m.to_vec())).collect(),
         }),
+        ..ConsumerMember::new(&join.member_id, join.instance_id.clone(), now)
     }
 }
 

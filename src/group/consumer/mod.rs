@@ -104,6 +104,30 @@ pub struct ConsumerMember {
 }
 
 impl ConsumerMember {
+    /// A member that just joined: epoch 0, owning nothing.
+    fn new(id: &str, instance_id: Option<String>, now: Instant) -> Self {
+        ConsumerMember {
+            id: id.to_string(),
+            instance_id,
+            rack_id: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            topics: Vec::new(),
+            regex: None,
+            server_assignor: None,
+            rebalance_timeout_ms: 0,
+            epoch: 0,
+            previous_epoch: -1,
+            state: MemberState::Stable,
+            assigned: Assignment::new(),
+            revoking: Assignment::new(),
+            away: false,
+            last_seen: now,
+            revoke_deadline: None,
+            classic: None,
+        }
+    }
+
     fn owns(&self) -> impl Iterator<Item = (TopicId, i32)> + '_ {
         self.assigned.iter().chain(&self.revoking).flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
     }
@@ -543,29 +567,7 @@ impl ConsumerGroup {
         if self.members.len() >= limits.max_size {
             return Err(ResponseError::GroupMaxSizeReached);
         }
-        self.members.insert(
-            member_id.clone(),
-            ConsumerMember {
-                id: member_id.clone(),
-                instance_id: hb.instance_id.clone(),
-                rack_id: None,
-                client_id: String::new(),
-                client_host: String::new(),
-                topics: Vec::new(),
-                regex: None,
-                server_assignor: None,
-                rebalance_timeout_ms: 0,
-                epoch: 0,
-                previous_epoch: -1,
-                state: MemberState::Stable,
-                assigned: Assignment::new(),
-                revoking: Assignment::new(),
-                away: false,
-                last_seen: now,
-                revoke_deadline: None,
-                classic: None,
-            },
-        );
+        self.members.insert(member_id.clone(), ConsumerMember::new(&member_id, hb.instance_id.clone(), now));
         self.bump();
         Ok(member_id)
     }
