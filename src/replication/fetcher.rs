@@ -9,6 +9,13 @@
 //! costs one request per `replica.fetch.wait.max.ms`, and an incremental
 //! fetch session (KIP-227) keeps that request and its answer small: only
 //! partitions whose position moved, or with news, are in them.
+//!
+//! A replica far behind (one a reassignment adds, or one back from a long
+//! absence) appends a large answer on a blocking thread while its next fetch
+//! is already asking for what follows it ([`AppendAhead`]), so that the
+//! leader's read and the network overlap this broker's write. It does so
+//! only while what it reports is below the leader's high watermark: such a
+//! report cannot let it into the ISR, nor count toward the high watermark.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -28,7 +35,7 @@ use super::fetch_session::SessionHandler;
 use super::partition::{DurableWait, Partition};
 use super::ReplicaManager;
 use crate::clock::mono_ms;
-use crate::log::batch::whole_batches_len;
+use crate::log::batch::{split_record_set, whole_batches_len, BatchHeader};
 
 /// Pause after a failed request or an unreachable leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
@@ -40,6 +47,18 @@ const FETCH_VERSION: i16 = 12;
 const EPOCH_VERSION: i16 = 3;
 
 type Key = (String, i32);
+
+/// Appends that wait for their fsync: (partition, durable end, leader epoch).
+type Durable = Vec<(Arc<Partition>, i64, i32)>;
+
+/// A fetch answer being appended on a blocking thread while the next fetch
+/// is on its way.
+struct AppendAhead {
+    task: JoinHandle<Durable>,
+    /// Where each partition's log ends once the append is made: where its
+    /// next fetch starts.
+    ends: HashMap<Key, i64>,
+}
 
 pub struct FetcherManager {
     broker_id: i32,
@@ -150,6 +169,7 @@ impl FetcherManager {
         let mut roles = self.replicas.subscribe();
         let mut parts: Vec<Arc<Partition>> = Vec::new();
         let mut resolved = false;
+        let mut ahead: Option<AppendAhead> = None;
         while !*shutdown.borrow() {
             if !resolved || partitions.has_changed().unwrap_or(true) || roles.has_changed().unwrap_or(true) {
                 roles.borrow_and_update();
@@ -179,8 +199,8 @@ impl FetcherManager {
                 }
             }
             let Some(c) = conn.as_mut() else { continue };
-            let result = match self.truncate(c, &parts).await {
-                Ok(()) => self.fetch_once(c, &parts, &mut session).await,
+            let result = match self.truncate(c, &parts, &mut ahead).await {
+                Ok(()) => self.fetch_once(c, &parts, &mut session, &mut ahead).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
@@ -197,7 +217,12 @@ impl FetcherManager {
         &self,
         conn: &mut KafkaConnection,
         parts: &[Arc<Partition>],
+        ahead: &mut Option<AppendAhead>,
     ) -> Result<(), super::client::ClientError> {
+        if ahead.is_some() && parts.iter().any(|p| p.follower_position().is_some_and(|pos| pos.needs_truncation)) {
+            // The truncation point is found from the log as it will be.
+            finish_ahead(ahead).await;
+        }
         let mut topics: BTreeMap<String, Vec<OffsetForLeaderPartition>> = BTreeMap::new();
         let mut asked: HashMap<Key, &Arc<Partition>> = HashMap::new();
         for p in parts {
@@ -273,6 +298,7 @@ impl FetcherManager {
         conn: &mut KafkaConnection,
         parts: &[Arc<Partition>],
         session: &mut SessionHandler,
+        ahead: &mut Option<AppendAhead>,
     ) -> Result<(), super::client::ClientError> {
         if !self.replicas.disk.has_room() {
             // Below `storage.min.free.bytes`: this replica falls behind (and
@@ -281,8 +307,9 @@ impl FetcherManager {
             return Ok(());
         }
         let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
-        // The replica each partition's request was made for, and its epoch.
-        let mut asked: HashMap<Key, (Arc<Partition>, i32)> = HashMap::new();
+        // The replica each partition's request was made for, its epoch and
+        // the offset asked for.
+        let mut asked: HashMap<Key, (Arc<Partition>, i32, i64)> = HashMap::new();
         // Partitions a reassignment adds here and that are not in sync yet
         // fetch within `follower.replication.throttled.rate`.
         let image = self.quorum.image();
@@ -304,16 +331,19 @@ impl FetcherManager {
                 }
                 throttled.push((p.topic.clone(), p.index));
             }
-            asked.insert((p.topic.clone(), p.index), (p.clone(), pos.leader_epoch));
+            let key = (p.topic.clone(), p.index);
+            let offset = ahead.as_ref().and_then(|a| a.ends.get(&key)).copied().unwrap_or(pos.log_end_offset);
+            asked.insert(key, (p.clone(), pos.leader_epoch, offset));
             topics.entry(p.topic.clone()).or_default().push(
                 FetchPartition::default()
                     .with_partition(p.index)
                     .with_current_leader_epoch(pos.leader_epoch)
-                    .with_fetch_offset(pos.log_end_offset)
+                    .with_fetch_offset(offset)
                     .with_partition_max_bytes(max_bytes),
             );
         }
         if topics.is_empty() {
+            finish_ahead(ahead).await;
             tokio::time::sleep(RETRY_BACKOFF).await;
             return Ok(());
         }
@@ -339,21 +369,23 @@ impl FetcherManager {
                     .collect(),
             );
         let timeout = Duration::from_millis(self.fetch_wait_ms.max(0) as u64) + Duration::from_secs(5);
-        let response = conn.send(&request, FETCH_VERSION, timeout).await?;
+        let sent = conn.send(&request, FETCH_VERSION, timeout).await;
+        // The answer before this one is appended before this one is looked at.
+        let mut retry_soon = finish_ahead(ahead).await;
+        let response = sent?;
         session.answered(response.error_code, response.session_id);
         if response.error_code != 0 {
             // The session is gone or out of step: the next request is full.
             tracing::debug!(code = response.error_code, "fetch session refused; starting a new one");
             return Ok(());
         }
-        let mut retry_soon = false;
         // What each answered partition's log does with its answer, made on
         // a blocking thread when it touches the disk.
         let mut steps: Vec<(Arc<Partition>, i32, FollowerStep)> = Vec::new();
         for t in response.responses {
             for r in t.partitions {
                 let key = (t.topic.0.to_string(), r.partition_index);
-                let Some((p, epoch)) = asked.get(&key) else { continue };
+                let Some((p, epoch, fetch_offset)) = asked.get(&key) else { continue };
                 // Removed while the request waited, and perhaps added back
                 // with a new, empty log: the answer is for the old one.
                 if !self.replicas.get(&key.0, key.1).is_some_and(|current| Arc::ptr_eq(&current, p)) {
@@ -367,6 +399,7 @@ impl FetcherManager {
                             throttle.record(records.len(), mono_ms());
                         }
                         FollowerStep::Append {
+                            fetch_offset: *fetch_offset,
                             records,
                             high_watermark: r.high_watermark,
                             log_start: r.log_start_offset,
@@ -384,6 +417,18 @@ impl FetcherManager {
                 steps.push((p.clone(), *epoch, step));
             }
         }
+        // Large appends that end below the leader's high watermark are made
+        // while the next fetch goes out (see the module's doc).
+        let (later, mut steps): (Vec<_>, Vec<_>) = steps.into_iter().partition(|(_, _, step)| step.can_append_ahead());
+        let later_bytes: usize = later.iter().map(|(_, _, step)| step.append_bytes()).sum();
+        if later_bytes >= super::APPEND_OFF_THREAD_BYTES {
+            let ends: HashMap<Key, i64> =
+                later.iter().filter_map(|(p, _, step)| Some(((p.topic.clone(), p.index), step.end()?))).collect();
+            tracing::trace!(ends = ?ends, bytes = later_bytes, "appending ahead of the next fetch");
+            *ahead = Some(AppendAhead { task: tokio::task::spawn_blocking(move || apply_steps(later)), ends });
+        } else {
+            steps.extend(later);
+        }
         // Appends that reached `flush.messages`: fetched again only once
         // fsynced, so the offset the next fetch reports is durable. Their
         // flushes run meanwhile, one per partition. Truncations and large
@@ -399,13 +444,7 @@ impl FetcherManager {
         } else {
             apply_steps(steps)
         };
-        for (p, end, epoch) in durable {
-            let outcome = p.wait_durable(end, epoch, DURABLE_WAIT).await;
-            if outcome != DurableWait::Durable {
-                tracing::debug!(topic = %p.topic, partition = p.index, ?outcome, "follower flush did not complete");
-                retry_soon = true;
-            }
-        }
+        retry_soon |= wait_durable(durable).await;
         if retry_soon {
             tokio::time::sleep(RETRY_BACKOFF).await;
         }
@@ -413,18 +452,43 @@ impl FetcherManager {
     }
 }
 
+/// Waits for the appends that wait for their fsync; whether any did not
+/// complete (then the next fetch waits a little).
+async fn wait_durable(durable: Durable) -> bool {
+    let mut incomplete = false;
+    for (p, end, epoch) in durable {
+        let outcome = p.wait_durable(end, epoch, DURABLE_WAIT).await;
+        if outcome != DurableWait::Durable {
+            tracing::debug!(topic = %p.topic, partition = p.index, ?outcome, "follower flush did not complete");
+            incomplete = true;
+        }
+    }
+    incomplete
+}
+
+/// Waits for the append made ahead, if any, and for its fsyncs; whether any
+/// did not complete.
+async fn finish_ahead(ahead: &mut Option<AppendAhead>) -> bool {
+    let Some(a) = ahead.take() else { return false };
+    match a.task.await {
+        Ok(durable) => wait_durable(durable).await,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => false, // the runtime is shutting down
+    }
+}
+
 /// What a follower's log does with its part of a Fetch answer.
 enum FollowerStep {
     Append {
+        /// The offset the fetch asked for: where the log must end for the
+        /// records to follow on.
+        fetch_offset: i64,
         records: bytes::Bytes,
         high_watermark: i64,
         log_start: i64,
     },
     /// The fetch offset is outside the leader's log.
-    OutOfRange {
-        high_watermark: i64,
-        log_start: i64,
-    },
+    OutOfRange { high_watermark: i64, log_start: i64 },
 }
 
 impl FollowerStep {
@@ -434,16 +498,36 @@ impl FollowerStep {
             Self::OutOfRange { .. } => 0,
         }
     }
+
+    /// Where the log ends once these records are appended.
+    fn end(&self) -> Option<i64> {
+        let Self::Append { records, .. } = self else { return None };
+        let last = split_record_set(records).ok()?.pop()?;
+        Some(BatchHeader::parse(&records[last]).ok()?.last_offset() + 1)
+    }
+
+    /// Whether the next fetch may ask for what follows these records before
+    /// they are appended: only while that offset is below the leader's high
+    /// watermark. A replica in the ISR (or joining it) reported an offset at
+    /// or past the high watermark, so this holds only for one outside it,
+    /// and its report stays too low to let it in (the join takes the high
+    /// watermark, which only grows within the leader's epoch).
+    fn can_append_ahead(&self) -> bool {
+        match self {
+            Self::Append { high_watermark, .. } => self.end().is_some_and(|end| end < *high_watermark),
+            Self::OutOfRange { .. } => false,
+        }
+    }
 }
 
 /// Applies each partition's step (appends, truncations). Returns the
-/// appends that wait for their fsync: (partition, durable end, leader epoch).
-fn apply_steps(steps: Vec<(Arc<Partition>, i32, FollowerStep)>) -> Vec<(Arc<Partition>, i64, i32)> {
+/// appends that wait for their fsync.
+fn apply_steps(steps: Vec<(Arc<Partition>, i32, FollowerStep)>) -> Durable {
     let mut durable = Vec::new();
     for (p, epoch, step) in steps {
         let outcome = match step {
-            FollowerStep::Append { records, high_watermark, log_start } => {
-                p.append_as_follower(epoch, &records, high_watermark, log_start).map(|end| {
+            FollowerStep::Append { fetch_offset, records, high_watermark, log_start } => {
+                p.append_as_follower(epoch, fetch_offset, &records, high_watermark, log_start).map(|end| {
                     if let Some(end) = end {
                         durable.push((p.clone(), end, epoch));
                     }
@@ -460,4 +544,38 @@ fn apply_steps(steps: Vec<(Arc<Partition>, i32, FollowerStep)>) -> Vec<(Arc<Part
         }
     }
     durable
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::set_base_offset;
+    use crate::log::batch::test_batches::build_batch;
+
+    fn append(first: i64, batches: &[i32], high_watermark: i64) -> FollowerStep {
+        let mut records = Vec::new();
+        let mut base = first;
+        for &count in batches {
+            let mut batch = build_batch(count, 1_000, b"r");
+            set_base_offset(&mut batch, base);
+            base += i64::from(count);
+            records.extend_from_slice(&batch);
+        }
+        FollowerStep::Append { fetch_offset: first, records: records.into(), high_watermark, log_start: 0 }
+    }
+
+    #[test]
+    fn an_answer_is_appended_ahead_only_when_it_ends_below_the_leaders_high_watermark() {
+        let step = append(10, &[3, 4], 100);
+        assert_eq!(step.end(), Some(17), "the last batch's last offset, plus one");
+        assert!(step.can_append_ahead());
+        // Up to the high watermark: the next fetch's report could let the
+        // replica into the ISR, so it must hold what it reports.
+        assert!(!append(10, &[3, 4], 17).can_append_ahead());
+        assert!(!append(10, &[3, 4], 12).can_append_ahead());
+        // Nothing to append, or a truncation, is never made ahead.
+        assert_eq!(append(10, &[], 100).end(), None);
+        assert!(!append(10, &[], 100).can_append_ahead());
+        assert!(!FollowerStep::OutOfRange { high_watermark: 100, log_start: 0 }.can_append_ahead());
+    }
 }

@@ -63,6 +63,8 @@ pub enum PartitionError {
     TransactionCoordinatorFenced { current: i32 },
     #[error("the high watermark {high_watermark} has not reached this leader epoch's start {epoch_start} yet")]
     OffsetNotAvailable { high_watermark: i64, epoch_start: i64 },
+    #[error("fetched at offset {fetch_offset}, but the log ends at {log_end_offset}")]
+    FollowerOutOfStep { fetch_offset: i64, log_end_offset: i64 },
     #[error(transparent)]
     Log(#[from] LogError),
 }
@@ -764,6 +766,7 @@ impl Partition {
     pub fn append_as_follower(
         &self,
         leader_epoch: i32,
+        fetch_offset: i64,
         records: &[u8],
         leader_high_watermark: i64,
         leader_log_start: i64,
@@ -773,6 +776,12 @@ impl Partition {
         let mut st = self.state();
         if st.is_leader || st.leader_epoch != leader_epoch {
             return Err(PartitionError::NotLeader);
+        }
+        if !records.is_empty() && st.log.log_end_offset() != fetch_offset {
+            // Fetched for a log end this log does not have: an earlier answer,
+            // appended ahead of this fetch, was refused. What came back may
+            // not follow on from what is here.
+            return Err(PartitionError::FollowerOutOfStep { fetch_offset, log_end_offset: st.log.log_end_offset() });
         }
         let mut rolled = false;
         if !records.is_empty() {
@@ -1719,7 +1728,7 @@ mod tests {
         let log = PartitionLog::open(follower_dir.path(), "t", 0, LogConfig::default(), 0, wall_ms()).expect("open");
         let f = Partition::open("t", 0, 2, log).expect("partition");
         f.become_follower(1, 1);
-        f.append_as_follower(1, &all, 8, 0).expect("replicate");
+        f.append_as_follower(1, 0, &all, 8, 0).expect("replicate");
         // The leader dies; the follower's marker at 7 is cut, then it leads.
         f.truncate_for_epoch(1, 7).expect("truncate");
         f.become_leader(2, 2, &[2], &[2]);
@@ -1772,6 +1781,29 @@ mod tests {
     }
 
     #[test]
+    fn a_follower_append_fetched_for_another_log_end_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = lone_leader(dir.path());
+        p.become_follower(2, 2);
+        // Fetched at 8 on the word of an append made ahead that never landed:
+        // the log still ends at 5.
+        let mut fetched = opaque_batch(3);
+        crate::log::batch::set_base_offset(&mut fetched, 8);
+        crate::log::batch::set_partition_leader_epoch(&mut fetched, 2);
+        let answered = p.append_as_follower(2, 8, &fetched, 11, 0);
+        assert!(
+            matches!(answered, Err(PartitionError::FollowerOutOfStep { fetch_offset: 8, log_end_offset: 5 })),
+            "{answered:?}"
+        );
+        assert_eq!(p.offsets().log_end_offset, 5);
+        assert_eq!(p.offsets().high_watermark, 5, "a refused answer does not move the high watermark either");
+        // Fetched at the log end, the same batch (past a gap, as a compacted
+        // leader may send it) is appended.
+        assert_eq!(p.append_as_follower(2, 5, &fetched, 11, 0).expect("append"), None);
+        assert_eq!(p.offsets().log_end_offset, 11);
+    }
+
+    #[test]
     fn a_follower_elected_while_writing_leaves_the_old_leaders_records_out_of_its_log_and_file() {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = lone_leader(dir.path());
@@ -1784,7 +1816,7 @@ mod tests {
         *p.write_gate.lock().expect("gate") = Some((reached_tx, release_rx));
         let appending = {
             let p = p.clone();
-            std::thread::spawn(move || p.append_as_follower(2, &fetched, 8, 0))
+            std::thread::spawn(move || p.append_as_follower(2, 5, &fetched, 8, 0))
         };
         reached.recv().expect("the append reached its write");
         p.become_leader(3, 3, &[1], &[1]);
@@ -1840,7 +1872,7 @@ mod tests {
         let mut leader_records = opaque_batch(2);
         crate::log::batch::set_base_offset(&mut leader_records, 5);
         crate::log::batch::set_partition_leader_epoch(&mut leader_records, 2);
-        assert_eq!(p.append_as_follower(2, &leader_records, 7, 0).expect("follower append"), None);
+        assert_eq!(p.append_as_follower(2, 5, &leader_records, 7, 0).expect("follower append"), None);
         assert_eq!(p.offsets().log_end_offset, 7);
     }
 
@@ -1927,7 +1959,7 @@ mod tests {
         let mut batch = build_batch(3, 1_000, b"r");
         crate::log::batch::set_partition_leader_epoch(&mut batch, 1);
         // No runtime here: the flush runs inline.
-        assert_eq!(p.append_as_follower(1, &batch, 0, 0).expect("append"), Some(3));
+        assert_eq!(p.append_as_follower(1, 0, &batch, 0, 0).expect("append"), Some(3));
         assert_eq!(p.recovery_point(), 3);
         let without = Partition::open(
             "u",
@@ -1937,7 +1969,7 @@ mod tests {
         )
         .expect("partition");
         without.become_follower(1, 1);
-        assert_eq!(without.append_as_follower(1, &batch, 0, 0).expect("append"), None);
+        assert_eq!(without.append_as_follower(1, 0, &batch, 0, 0).expect("append"), None);
     }
 
     fn partition_code(r: &Result<(i64, i64), PartitionError>) -> i16 {

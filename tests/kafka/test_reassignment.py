@@ -459,3 +459,74 @@ def test_a_replica_moved_away_and_straight_back_copies_the_log_again(make_cluste
     def log_bytes(d):
         return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".log"))
     wait_for("broker 3's copy as long as the leader's", 30, lambda: log_bytes(copy) == log_bytes(leader_files))
+
+
+def test_a_replica_far_behind_catches_up_to_the_leaders_bytes_under_load_and_a_kill(make_cluster):
+    """Broker 4 is added to a partition holding 40 MB of 100 kB records while an acks=all
+    producer keeps writing to it. Far behind, it appends each large answer while its next
+    fetch is already out (src/replication/fetcher.rs, AppendAhead). SIGKILLed half way and
+    started again, it catches up: its log then holds the leader's batches byte for byte,
+    and every acknowledged record reads back once, in order."""
+    cluster = make_cluster(NODES, MANUAL)
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
+    futures = admin.create_topics([NewTopic("far", num_partitions=1, replica_assignment=[[1, 2, 3]],
+                                            config={"min.insync.replicas": "2"})])
+    for f in futures.values():
+        f.result(30)
+    cluster.wait_topic("far", 1)
+    big = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20, "log_level": 0,
+                       "batch.size": 1_000_000})
+    value = os.urandom(100_000)
+    for _ in range(400):
+        while True:
+            try:
+                big.produce("far", value=value, partition=0)
+                break
+            except BufferError:
+                big.poll(0.05)
+    assert big.flush(120) == 0
+    load = Load(cluster, "far", 1)
+    wait_for("records flowing", 30, lambda: len(load.acked) > 500)
+    # 10 MB/s after a first 10 MB: the kill below lands with most of the log to come.
+    status, _ = cluster.send(1, "PATCH", "/v1/brokers/configs", {"leader.replication.throttled.rate": "10000000"})
+    assert status == 200
+    status, body = reassign(cluster, "far", 0, [1, 2, 4])
+    assert status == 202, body
+    copy = os.path.join(cluster.node(4).data_dir, "logs", "far-0")
+    leader_copy = os.path.join(cluster.node(1).data_dir, "logs", "far-0")
+
+    def segments(d):
+        try:
+            return sorted(f for f in os.listdir(d) if f.endswith(".log"))
+        except FileNotFoundError:
+            return []
+
+    def log_bytes(d):
+        return sum(os.path.getsize(os.path.join(d, f)) for f in segments(d))
+    wait_for("broker 4 a third of the way", 60, lambda: log_bytes(copy) > 13_000_000, interval=0.05)
+    cluster.kill(4)
+    assert 4 not in partitions(cluster, "far")[0]["isr"]
+    cluster.launch(4)
+    cluster.wait_active(timeout=60)
+    status, _ = cluster.send(1, "PATCH", "/v1/brokers/configs", {"leader.replication.throttled.rate": None})
+    assert status == 200
+    wait_moved(cluster, "far", {0: [1, 2, 4]}, timeout=180)
+    before = len(load.acked)
+    wait_for("records flowing after the move", 30, lambda: len(load.acked) > before + 200)
+    acked = load.finish()
+    assert not load.errors, load.errors[:3]
+    wait_for("broker 4's log as long as the leader's", 60, lambda: log_bytes(copy) == log_bytes(leader_copy))
+
+    def contents(d):
+        out = bytearray()
+        for f in segments(d):
+            with open(os.path.join(d, f), "rb") as fh:
+                out += fh.read()
+        return bytes(out)
+    mine, leaders = contents(copy), contents(leader_copy)
+    assert len(mine) > 40_000_000
+    assert mine == leaders, "broker 4's log differs from the leader's"
+    got = read_back(cluster, "far", 1, len(acked) + 400)
+    small = {0: [(o, v) for o, v in got[0] if len(v) < 100_000]}
+    assert sum(1 for _, v in got[0] if len(v) == 100_000) == 400
+    assert_every_ack_once_in_order(acked, small)

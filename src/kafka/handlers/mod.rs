@@ -61,7 +61,7 @@ pub fn missing_partition_code(image: &strom_raft::MetadataImage, topic: &str, pa
 /// The one mapping from partition errors to Kafka error codes.
 pub fn partition_error_code(e: &PartitionError) -> i16 {
     let code = match e {
-        PartitionError::NotLeader => ResponseError::NotLeaderOrFollower,
+        PartitionError::NotLeader | PartitionError::FollowerOutOfStep { .. } => ResponseError::NotLeaderOrFollower,
         PartitionError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
         PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
         PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
