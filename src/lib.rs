@@ -14,6 +14,7 @@
 //! - [`group`]: the consumer-group coordinator and `__consumer_offsets`.
 //! - [`txn`]: the transaction coordinator and `__transaction_state`.
 //! - [`admin`]: the HTTP admin API and metrics.
+//! - [`pattern`]: regular expressions matched against whole names.
 //! - [`cluster`]: `strom cluster`, N nodes from one binary.
 //! - [`cli`]: the admin subcommands, clients of the HTTP API.
 //!
@@ -32,6 +33,7 @@ pub mod kafka;
 pub mod lifecycle;
 pub mod log;
 pub mod node;
+pub mod pattern;
 pub mod replication;
 pub mod security;
 pub mod txn;

@@ -59,7 +59,7 @@ pub const APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::EndTxn, 0, 4),
     (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::DescribeTransactions, 0, 0),
-    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::ListTransactions, 0, 2),
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::DescribeQuorum, 0, 1),
     (ApiKey::UnregisterBroker, 0, 0),

@@ -226,7 +226,8 @@ def table(out):
 def test_kafka_transactions_tool(classes, cluster3):
     """kafka-transactions list / describe / describe-producers / find-hanging while a Java
     producer holds a transaction open on partitions 0 and 1, and describe /
-    describe-producers after it commits; describe of an unknown transactional id fails."""
+    describe-producers / list --transactional-id-pattern after it commits; describe of an
+    unknown transactional id fails, and so does list with an invalid pattern."""
     b = ("--bootstrap-server", cluster3.bootstrap)
     topic = new_topic(cluster3, "jtool", 2)
     txn_id = f"jtool-{uuid.uuid4().hex[:6]}"
@@ -265,8 +266,15 @@ def test_kafka_transactions_tool(classes, cluster3):
         holder.proc.stdin.flush()
         holder.expect("the commit", 60, lambda w: w == ["COMMITTED"])
 
-        described, described_producers, unknown = tools(
-            describe, producers, ((*b, "describe", "--transactional-id", f"never-{txn_id}"), {"ok": False}))
+        pattern = (*b, "list", "--transactional-id-pattern")
+        described, described_producers, unknown, whole, part, bad = tools(
+            describe, producers, ((*b, "describe", "--transactional-id", f"never-{txn_id}"), {"ok": False}),
+            (*pattern, txn_id[:-1] + "."), (*pattern, txn_id[:-1]), ((*pattern, "jtool-("), {"ok": False}))
+        # ListTransactions v2 (KIP-1152): the pattern must match the whole id.
+        assert [r["TransactionalId"] for r in table(whole)] == [txn_id], whole
+        assert table(part) == [], part
+        code, _, err = bad
+        assert code != 0 and "unexpected error INVALID_REGULAR_EXPRESSION" in err, (code, err[-2000:])
         [d] = table(described)
         assert d["TransactionState"] == "CompleteCommit", d
         assert (d["ProducerId"], d["ProducerEpoch"]) == (pid, epoch), d

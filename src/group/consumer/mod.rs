@@ -241,25 +241,10 @@ pub fn valid_regex(regex: &str) -> bool {
     matcher(regex).is_some()
 }
 
-/// Compiled subscription patterns, kept between heartbeats (a member's
-/// pattern is matched against every topic name at each target refresh).
-/// Bounded: past `MAX_CACHED_PATTERNS` it starts over.
-static PATTERNS: std::sync::Mutex<BTreeMap<String, Option<regex::Regex>>> = std::sync::Mutex::new(BTreeMap::new());
-const MAX_CACHED_PATTERNS: usize = 1024;
-
-/// `regex` compiled to match a whole name; `None` if it is not valid.
+/// A subscription pattern compiled to match whole topic names; `None` if
+/// it is not valid.
 fn matcher(regex: &str) -> Option<regex::Regex> {
-    let mut cache = PATTERNS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(compiled) = cache.get(regex) {
-        return compiled.clone();
-    }
-    if cache.len() >= MAX_CACHED_PATTERNS {
-        cache.clear();
-    }
-    // Valid on its own first: `a)|(b` would otherwise slip out of the anchors.
-    let compiled = regex::Regex::new(regex).ok().and_then(|_| regex::Regex::new(&format!("^(?:{regex})$")).ok());
-    cache.insert(regex.to_string(), compiled.clone());
-    compiled
+    crate::pattern::whole_names(regex)
 }
 
 impl ConsumerGroup {
@@ -909,14 +894,11 @@ mod tests {
     }
 
     #[test]
-    fn patterns_must_be_valid_alone_and_match_whole_names() {
+    fn subscription_patterns_must_be_valid_and_match_whole_names() {
         assert!(valid_regex("orders-.*"));
         assert!(!valid_regex("a)|(b"), "it would escape the anchors");
-        assert!(!valid_regex("("));
         let re = matcher("orders-.*").expect("valid");
         assert!(re.is_match("orders-eu") && !re.is_match("old-orders-eu"));
-        // Cached: the same pattern again is the same answer.
-        assert!(matcher("orders-.*").is_some_and(|again| again.as_str() == re.as_str()));
     }
 
     #[test]

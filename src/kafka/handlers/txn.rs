@@ -386,6 +386,17 @@ pub fn describe(
 }
 
 pub fn list(ctx: &NodeContext, request: ListTransactionsRequest, client: &Client) -> ListTransactionsResponse {
+    // v2 (KIP-1152): ids matching a regular expression, whole (RE2 syntax, as Kafka's RE2/J).
+    let pattern = match request.transactional_id_pattern.as_deref().filter(|p| !p.is_empty()) {
+        None => None,
+        Some(p) => match crate::pattern::whole_names(p) {
+            Some(compiled) => Some(compiled),
+            None => {
+                return ListTransactionsResponse::default()
+                    .with_error_code(ResponseError::InvalidRegularExpression.code())
+            }
+        },
+    };
     let listed = match ctx.txns.list() {
         Ok(listed) => listed,
         Err(e) => return ListTransactionsResponse::default().with_error_code(e.code()),
@@ -402,6 +413,7 @@ pub fn list(ctx: &NodeContext, request: ListTransactionsRequest, client: &Client
         })
         // v1: only transactions running longer than this (-1: all).
         .filter(|m| request.duration_filter < 0 || (m.start_ms >= 0 && now - m.start_ms > request.duration_filter))
+        .filter(|m| pattern.as_ref().is_none_or(|p| p.is_match(&m.transactional_id)))
         .filter(|m| {
             ctx.authorize(client, &image, Operation::Describe, ResourceType::TransactionalId, &m.transactional_id)
         })
