@@ -25,9 +25,9 @@ import harness  # noqa: E402
 _CLUSTERS_OF_ITEM = {}
 
 
-def _start(tmp_path_factory, n, settings=(), voters=None, node_settings=None, listeners=()):
+def _start(tmp_path_factory, n, settings=(), voters=None, node_settings=None, listeners=(), rust_log=None):
     return harness.start(tmp_path_factory.mktemp("strom"), n, settings, voters, node_settings=node_settings,
-                         listeners=listeners)
+                         listeners=listeners, rust_log=rust_log)
 
 
 @pytest.fixture
@@ -35,10 +35,11 @@ def make_cluster(tmp_path_factory, request):
     started = []
     _CLUSTERS_OF_ITEM.setdefault(request.node.nodeid, []).append(started)
 
-    def make(n=1, settings=(), voters=None, node_settings=None, listeners=()):
+    def make(n=1, settings=(), voters=None, node_settings=None, listeners=(), rust_log=None):
         """node_settings: {node id: ("key=value", ...)} on top of settings; listeners: extra
-        Kafka listener names (see harness.Cluster)."""
-        c = _start(tmp_path_factory, n, settings, voters, node_settings, listeners)
+        Kafka listener names (see harness.Cluster); rust_log: the nodes' RUST_LOG, when not
+        the default (STROM_TEST_RUST_LOG, else info)."""
+        c = _start(tmp_path_factory, n, settings, voters, node_settings, listeners, rust_log)
         started.append(c)
         return c
 

@@ -39,10 +39,18 @@ SESSION_S = 45.0
 SETTINGS = FAST + ("group.initial.rebalance.delay.ms=300", "offsets.topic.num.partitions=4")
 
 
-def run_member(bootstrap, group, i, conn):
-    """A child process: one consumer, polling, doing what the pipe says."""
+def run_member(bootstrap, group, i, conn, log_path):
+    """A child process: one consumer, polling, doing what the pipe says. Its
+    librdkafka group log (debug=cgrp) goes to `log_path`, for a failure to show."""
+    import logging
+
     from confluent_kafka import Consumer
 
+    logger = logging.getLogger(f"churner-{i}")
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
     k = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -54,7 +62,8 @@ def run_member(bootstrap, group, i, conn):
         # quicker heartbeat only shortens how long members take to notice a rebalance.
         "heartbeat.interval.ms": 1000,
         "socket.timeout.ms": 30000,
-    })
+        "debug": "cgrp",
+    }, logger=logger)
     try:
         while True:
             while conn.poll(0):
@@ -77,10 +86,11 @@ def run_member(bootstrap, group, i, conn):
 class Member:
     """The parent's handle on one consumer process."""
 
-    def __init__(self, ctx, bootstrap, group, i):
+    def __init__(self, ctx, bootstrap, group, i, log_dir):
         self.i = i
+        self.log_path = os.path.join(log_dir, f"churner-{i}.{time.monotonic_ns()}.log")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=run_member, args=(bootstrap, group, i, child), daemon=True)
+        self.proc = ctx.Process(target=run_member, args=(bootstrap, group, i, child, self.log_path), daemon=True)
         self.proc.start()
 
     def send(self, command, arg=None):
@@ -89,6 +99,13 @@ class Member:
         except OSError:
             # A crashed child: check() restarts it and subscribes it again.
             assert not self.proc.is_alive(), f"churner-{self.i}: pipe broken"
+
+    def log_tail(self, lines=60):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError as e:
+            return f"(no log: {e})"
 
     def crashed(self):
         return self.proc.exitcode == -signal.SIGSEGV
@@ -163,8 +180,26 @@ def describe(view, subs):
     return "\n".join(lines)
 
 
-def test_cooperative_sticky_group_settles_after_every_round_of_churn(make_cluster):
-    c = make_cluster(1, settings=SETTINGS)
+def missing_members(cluster, view, members, subs):
+    """For each subscribed consumer the group does not list: its librdkafka log, and what
+    the broker's group debug log says of its requests."""
+    listed = {m["client_id"] for m in view["members"]} if view else set()
+    try:
+        with open(cluster.node(1).log, errors="replace") as f:
+            broker = [line for line in f if "strom::group" in line]
+    except OSError:
+        broker = []
+    out = []
+    for i, topics in subs.items():
+        if topics and f"churner-{i}" not in listed:
+            mine = "".join([line for line in broker if f"churner-{i}" in line][-30:])
+            out.append(f"\n--- churner-{i}'s librdkafka log (debug=cgrp), last lines:\n{members[i].log_tail()}"
+                       f"\n--- the broker's group log of churner-{i}, last lines:\n{mine}")
+    return "".join(out)
+
+
+def test_cooperative_sticky_group_settles_after_every_round_of_churn(make_cluster, tmp_path):
+    c = make_cluster(1, settings=SETTINGS, rust_log="info,openraft=off,strom::group=debug")
     for topic, partitions in TOPICS.items():
         c.create_topic(topic, partitions=partitions)
     for topic, partitions in TOPICS.items():
@@ -173,7 +208,7 @@ def test_cooperative_sticky_group_settles_after_every_round_of_churn(make_cluste
     rng = random.Random(SEED)
     names = sorted(TOPICS)
     ctx = multiprocessing.get_context("spawn")
-    members = [Member(ctx, c.bootstrap, group, i) for i in range(MEMBERS)]
+    members = [Member(ctx, c.bootstrap, group, i, tmp_path) for i in range(MEMBERS)]
     subs = {i: set() for i in range(MEMBERS)}
     last = {i: set(names) for i in range(MEMBERS)}
     settle_times, crashed_rounds = [], []
@@ -217,7 +252,7 @@ def test_cooperative_sticky_group_settles_after_every_round_of_churn(make_cluste
                         # Its member's session runs from its last heartbeat, before
                         # now: a crash in the middle of the wait gets its own time.
                         deadline = max(deadline, time.monotonic() + SESSION_S + SETTLE_WITHIN_S)
-                        members[j] = Member(ctx, c.bootstrap, group, j)
+                        members[j] = Member(ctx, c.bootstrap, group, j, tmp_path)
                         if subs[j]:
                             members[j].send("subscribe", sorted(subs[j]))
                     elif not m.proc.is_alive():
@@ -232,7 +267,7 @@ def test_cooperative_sticky_group_settles_after_every_round_of_churn(make_cluste
                     view = group_view(c, group)
                     raise AssertionError(f"round {rounds} ({changes} changes): not settled within "
                                          f"{deadline - changed_at:.0f} s\n"
-                                         f"{describe(view, subs)}")
+                                         f"{describe(view, subs)}{missing_members(c, view, members, subs)}")
                 time.sleep(0.05)
             settle_times.append(round(time.monotonic() - changed_at, 1))
         print(f"{rounds} rounds, settled after {settle_times} s; librdkafka crashed in rounds {crashed_rounds}")

@@ -51,6 +51,8 @@ impl Group {
 
     /// Handles a JoinGroup; the answer arrives on `reply`, now or when the join phase ends.
     pub fn join(&mut self, req: JoinRequest, reply: JoinReply, limits: &GroupLimits, now: Instant, now_ms: i64) {
+        tracing::debug!(group = %self.id, member = %req.member_id, client = %req.client_id,
+            state = self.state.name(), generation = self.generation, "JoinGroup");
         let session = Duration::from_millis(req.session_timeout_ms.max(0) as u64);
         if req.session_timeout_ms < 0 || session < limits.min_session_timeout || session > limits.max_session_timeout {
             let _ = reply.send(JoinResult::error(ResponseError::InvalidSessionTimeout, &req.member_id));
@@ -338,6 +340,7 @@ impl Group {
         now: Instant,
         now_ms: i64,
     ) -> Result<String, ResponseError> {
+        tracing::debug!(group = %self.id, member = %member_id, state = self.state.name(), "LeaveGroup");
         let id = match instance_id {
             Some(instance) => {
                 let current = self.static_members.get(instance).cloned().ok_or(ResponseError::UnknownMemberId)?;

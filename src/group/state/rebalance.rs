@@ -97,6 +97,7 @@ impl Group {
         let missing: Vec<String> =
             self.members.values().filter(|m| m.join_reply.is_none()).map(|m| m.id.clone()).collect();
         for id in missing {
+            tracing::info!(group = %self.id, member = %id, "member did not rejoin within the rebalance timeout");
             self.remove_member(&id);
         }
         self.initial_delay_until = None;
@@ -118,6 +119,7 @@ impl Group {
         self.sync_deadline = Some(now + self.rebalance_timeout());
         let leader = self.leader.clone().unwrap_or_default();
         let ids: Vec<String> = self.members.keys().cloned().collect();
+        tracing::debug!(group = %self.id, generation = self.generation, %leader, members = ?ids, "join phase over");
         for id in ids {
             let result = self.join_result_for(&id, id == leader);
             if let Some(m) = self.members.get_mut(&id) {
@@ -155,6 +157,8 @@ impl Group {
     /// waits for it to be stored ([`Group::take_persist`], then [`Group::stored`]).
     pub fn sync(&mut self, req: SyncRequest<'_>, reply: SyncReply, now: Instant) {
         let SyncRequest { member_id, instance_id, generation, protocol_type, protocol, assignments } = req;
+        tracing::debug!(group = %self.id, member = %member_id, generation, state = self.state.name(),
+            group_generation = self.generation, "SyncGroup");
         if let Err(e) = self.check_member(member_id, instance_id) {
             let _ = reply.send(SyncResult::error(e));
             return;
