@@ -270,7 +270,8 @@ fn rebuild_producers(log: &mut PartitionLog) -> Result<ProducerStateMap, LogErro
     const SCAN_BYTES: usize = 1 << 20;
     let (mut producers, mut offset) = match producer_snapshot::load_latest(log.dir(), log.log_end_offset()) {
         Some((at, snapshot)) => {
-            log.restore_aborted(snapshot.aborted);
+            let aborted = snapshot.aborted.into_iter().filter(|t| marker_in_log(log, t)).collect();
+            log.restore_aborted(aborted);
             (snapshot.producers, at.max(log.log_start_offset()))
         }
         None => (ProducerStateMap::default(), log.log_start_offset()),
@@ -301,6 +302,25 @@ fn rebuild_producers(log: &mut PartitionLog) -> Result<ProducerStateMap, LogErro
         offset = next;
     }
     Ok(producers)
+}
+
+/// Whether the abort marker of `t`, an aborted transaction a snapshot
+/// names, is still in the log. A compaction pass swaps in a segment without
+/// a marker (whose transaction has no record left by then) and rewrites the
+/// snapshots only at its end: killed in between, it leaves snapshots naming
+/// a transaction whose marker is gone. Brought back, that transaction would
+/// make read_committed readers skip its producer's later batches for ever,
+/// waiting for the marker. One that cannot be checked is kept, as before.
+fn marker_in_log(log: &PartitionLog, t: &AbortedTxn) -> bool {
+    if t.last_offset < log.log_start_offset() {
+        return true; // left out by `restore_aborted`
+    }
+    match log.read(t.last_offset, 1, t.last_offset + 1) {
+        Ok(batch) if batch.is_empty() => false,
+        Ok(batch) => BatchHeader::parse(&batch)
+            .map_or(true, |h| h.base_offset() == t.last_offset && h.is_control() && h.producer_id() == t.producer_id),
+        Err(_) => true,
+    }
 }
 
 /// A producer snapshot taken at a roll: the partition's directory, the
@@ -1715,6 +1735,40 @@ mod tests {
             let name = e.expect("entry").file_name().to_string_lossy().into_owned();
             !name.ends_with(".snapshot") || name.trim_end_matches(".snapshot").parse::<i64>().is_ok_and(|o| o <= 3)
         }));
+    }
+
+    #[test]
+    fn a_snapshots_aborted_transaction_whose_marker_left_the_log_is_not_brought_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Every batch rolls the segment (and so writes a snapshot).
+        let config = LogConfig { segment_bytes: 100, ..LogConfig::default() };
+        let open = || {
+            let log = PartitionLog::open(dir.path(), "t", 0, config.clone(), 0, wall_ms()).expect("open");
+            let p = Partition::open("t", 0, 1, log).expect("partition");
+            p.become_leader(1, 1, &[1], &[1]);
+            p
+        };
+        let p = open();
+        p.append_as_leader(&txn_batch(2, 7, 0), true).expect("append"); // 0..1
+        p.append_marker(7, 0, ABORT).expect("abort"); // 2
+        p.append_as_leader(&opaque_batch(1), true).expect("append"); // 3
+        p.append_as_leader(&opaque_batch(1), true).expect("append"); // 4, after a snapshot at 4
+        drop(p);
+        // As a compaction pass killed after it swapped in a segment without a
+        // marker and before it rewrote the snapshots: the newest one also names
+        // producer 9's transaction aborted at 3, where the log holds no marker.
+        let part = dir.path().join("t-0");
+        let (at, mut snapshot) = producer_snapshot::load_latest(&part, i64::MAX).expect("a snapshot");
+        assert_eq!(at, 4);
+        snapshot.aborted.push(AbortedTxn { producer_id: 9, first_offset: 3, last_offset: 3, last_stable_offset: 4 });
+        producer_snapshot::write(&part, at, &producer_snapshot::encode(&snapshot).expect("encodes")).expect("writes");
+        let p = open();
+        let aborted = |from: i64| -> Vec<(i64, i64)> {
+            let r = p.read(from, 1 << 20, true, -1, None, true).expect("read");
+            r.aborted.iter().map(|t| (t.producer_id, t.first_offset)).collect()
+        };
+        assert_eq!(aborted(0), vec![(7, 0)], "producer 7's marker is in the log");
+        assert_eq!(aborted(3), vec![], "producer 9's is not");
     }
 
     #[test]
