@@ -464,8 +464,8 @@ def test_a_replica_moved_away_and_straight_back_copies_the_log_again(make_cluste
 def test_a_replica_far_behind_catches_up_to_the_leaders_bytes_under_load_and_a_kill(make_cluster):
     """Broker 4 is added to a partition holding 40 MB of 100 kB records while an acks=all
     producer keeps writing to it. Far behind, it appends each large answer while its next
-    fetch is already out (src/replication/fetcher.rs, AppendAhead). SIGKILLed half way and
-    started again, it catches up: its log then holds the leader's batches byte for byte,
+    fetch is already out (src/replication/fetcher.rs, AppendAhead). SIGKILLed a third of the
+    way (a throttle holds the copy back until then) and started again, it catches up: its log then holds the leader's batches byte for byte,
     and every acknowledged record reads back once, in order."""
     cluster = make_cluster(NODES, MANUAL)
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap, "log_level": 0})
