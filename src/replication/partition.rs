@@ -782,7 +782,9 @@ impl Partition {
 
     /// Appends what the leader sent; the follower's high watermark follows the
     /// leader's. Returns the offset to wait for with `wait_durable` before
-    /// fetching again, when `flush.messages` was reached.
+    /// fetching again, when `flush.messages` was reached. `fetch_offset` is
+    /// the offset the fetch asked for: records are appended only while the
+    /// log still ends there (else `FollowerOutOfStep`, and nothing changes).
     pub fn append_as_follower(
         &self,
         leader_epoch: i32,
