@@ -244,20 +244,30 @@ pub fn split_record_set(records: &[u8]) -> Result<Vec<std::ops::Range<usize>>, B
 /// time. Only a last batch shorter than its own length field counts as
 /// partial: any other damage is left for validation to report.
 pub fn whole_batches_len(records: &[u8]) -> usize {
+    whole_batches(records).0
+}
+
+/// [`whole_batches_len`], and the offset after the last whole batch (from
+/// its header alone, no CRC check; `None` without one, or when its header
+/// does not parse).
+pub fn whole_batches(records: &[u8]) -> (usize, Option<i64>) {
     let mut position = 0;
+    let mut last = None;
     while position < records.len() {
         let rest = &records[position..];
         if rest.len() < LOG_OVERHEAD {
-            return position;
+            break;
         }
         let batch_length = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
-        let Ok(body) = usize::try_from(batch_length) else { return records.len() };
+        let Ok(body) = usize::try_from(batch_length) else { return (records.len(), None) };
         if LOG_OVERHEAD + body > rest.len() {
-            return position;
+            break;
         }
+        last = Some(position);
         position += LOG_OVERHEAD + body;
     }
-    records.len()
+    let end = last.and_then(|at| BatchHeader::parse(&records[at..]).ok()).map(|h| h.last_offset() + 1);
+    (position, end)
 }
 
 /// Attribute bit 4: the batch belongs to a transaction.

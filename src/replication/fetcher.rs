@@ -35,7 +35,7 @@ use super::fetch_session::SessionHandler;
 use super::partition::{DurableWait, Partition};
 use super::ReplicaManager;
 use crate::clock::mono_ms;
-use crate::log::batch::{split_record_set, whole_batches_len, BatchHeader};
+use crate::log::batch::whole_batches;
 
 /// Pause after a failed request or an unreachable leader.
 const RETRY_BACKOFF: Duration = Duration::from_millis(200);
@@ -394,13 +394,15 @@ impl FetcherManager {
                 let step = match ResponseError::try_from_code(r.error_code) {
                     None => {
                         let mut records = r.records.unwrap_or_default();
-                        records.truncate(whole_batches_len(&records));
+                        let (whole, end) = whole_batches(&records);
+                        records.truncate(whole);
                         if throttled.contains(&key) {
                             throttle.record(records.len(), mono_ms());
                         }
                         FollowerStep::Append {
                             fetch_offset: *fetch_offset,
                             records,
+                            end,
                             high_watermark: r.high_watermark,
                             log_start: r.log_start_offset,
                         }
@@ -484,6 +486,8 @@ enum FollowerStep {
         /// records to follow on.
         fetch_offset: i64,
         records: bytes::Bytes,
+        /// Where the log ends once `records` are appended.
+        end: Option<i64>,
         high_watermark: i64,
         log_start: i64,
     },
@@ -501,9 +505,10 @@ impl FollowerStep {
 
     /// Where the log ends once these records are appended.
     fn end(&self) -> Option<i64> {
-        let Self::Append { records, .. } = self else { return None };
-        let last = split_record_set(records).ok()?.pop()?;
-        Some(BatchHeader::parse(&records[last]).ok()?.last_offset() + 1)
+        match self {
+            Self::Append { end, .. } => *end,
+            Self::OutOfRange { .. } => None,
+        }
     }
 
     /// Whether the next fetch may ask for what follows these records before
@@ -514,7 +519,7 @@ impl FollowerStep {
     /// watermark, which only grows within the leader's epoch).
     fn can_append_ahead(&self) -> bool {
         match self {
-            Self::Append { high_watermark, .. } => self.end().is_some_and(|end| end < *high_watermark),
+            Self::Append { end, high_watermark, .. } => end.is_some_and(|end| end < *high_watermark),
             Self::OutOfRange { .. } => false,
         }
     }
@@ -526,7 +531,7 @@ fn apply_steps(steps: Vec<(Arc<Partition>, i32, FollowerStep)>) -> Durable {
     let mut durable = Vec::new();
     for (p, epoch, step) in steps {
         let outcome = match step {
-            FollowerStep::Append { fetch_offset, records, high_watermark, log_start } => {
+            FollowerStep::Append { fetch_offset, records, high_watermark, log_start, .. } => {
                 p.append_as_follower(epoch, fetch_offset, &records, high_watermark, log_start).map(|end| {
                     if let Some(end) = end {
                         durable.push((p.clone(), end, epoch));
@@ -561,7 +566,8 @@ mod tests {
             base += i64::from(count);
             records.extend_from_slice(&batch);
         }
-        FollowerStep::Append { fetch_offset: first, records: records.into(), high_watermark, log_start: 0 }
+        let end = whole_batches(&records).1;
+        FollowerStep::Append { fetch_offset: first, records: records.into(), end, high_watermark, log_start: 0 }
     }
 
     #[test]

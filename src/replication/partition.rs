@@ -1804,6 +1804,14 @@ mod tests {
         build_batch(records, 1_000, &[7u8; 40])
     }
 
+    /// An opaque batch as a leader of `leader_epoch` sends it, at `base_offset`.
+    fn leaders_batch(records: i32, base_offset: i64, leader_epoch: i32) -> Vec<u8> {
+        let mut batch = opaque_batch(records);
+        crate::log::batch::set_base_offset(&mut batch, base_offset);
+        crate::log::batch::set_partition_leader_epoch(&mut batch, leader_epoch);
+        batch
+    }
+
     /// Starts an append of `records` on another thread and returns once it
     /// is placed and about to write, with the sender that lets it write.
     fn append_stopped_before_its_write(
@@ -1843,9 +1851,7 @@ mod tests {
         p.become_follower(2, 2);
         // Fetched at 8 on the word of an append made ahead that never landed:
         // the log still ends at 5.
-        let mut fetched = opaque_batch(3);
-        crate::log::batch::set_base_offset(&mut fetched, 8);
-        crate::log::batch::set_partition_leader_epoch(&mut fetched, 2);
+        let fetched = leaders_batch(3, 8, 2);
         let answered = p.append_as_follower(2, 8, &fetched, 11, 0);
         assert!(
             matches!(answered, Err(PartitionError::FollowerOutOfStep { fetch_offset: 8, log_end_offset: 5 })),
@@ -1864,9 +1870,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = lone_leader(dir.path());
         p.become_follower(2, 2);
-        let mut fetched = opaque_batch(3);
-        crate::log::batch::set_base_offset(&mut fetched, 5);
-        crate::log::batch::set_partition_leader_epoch(&mut fetched, 2);
+        let fetched = leaders_batch(3, 5, 2);
         let (reached_tx, reached) = std::sync::mpsc::channel();
         let (release, release_rx) = std::sync::mpsc::channel();
         *p.write_gate.lock().expect("gate") = Some((reached_tx, release_rx));
@@ -1925,9 +1929,7 @@ mod tests {
         assert!(matches!(answered, Err(PartitionError::NotLeader)), "{answered:?}");
         truncating.join().expect("no panic").expect("truncated");
         assert_eq!(p.offsets().log_end_offset, 5, "the deposed leader's suffix is gone");
-        let mut leader_records = opaque_batch(2);
-        crate::log::batch::set_base_offset(&mut leader_records, 5);
-        crate::log::batch::set_partition_leader_epoch(&mut leader_records, 2);
+        let leader_records = leaders_batch(2, 5, 2);
         assert_eq!(p.append_as_follower(2, 5, &leader_records, 7, 0).expect("follower append"), None);
         assert_eq!(p.offsets().log_end_offset, 7);
     }

@@ -23,6 +23,8 @@ use kafka_protocol::ResponseError;
 use serde::{Deserialize, Serialize};
 use strom_raft::TopicId;
 
+use crate::pattern::whole_names;
+
 /// A topic as an assignment needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicInfo {
@@ -238,13 +240,7 @@ pub fn new_member_id() -> String {
 
 /// Whether `regex` is a valid subscription pattern.
 pub fn valid_regex(regex: &str) -> bool {
-    matcher(regex).is_some()
-}
-
-/// A subscription pattern compiled to match whole topic names; `None` if
-/// it is not valid.
-fn matcher(regex: &str) -> Option<regex::Regex> {
-    crate::pattern::whole_names(regex)
+    whole_names(regex).is_some()
 }
 
 impl ConsumerGroup {
@@ -270,7 +266,7 @@ impl ConsumerGroup {
             .map(|m| {
                 let mut names: BTreeSet<String> =
                     m.topics.iter().filter(|t| topics.contains_key(*t)).cloned().collect();
-                if let Some(re) = m.regex.as_deref().and_then(matcher) {
+                if let Some(re) = m.regex.as_deref().and_then(whole_names) {
                     names.extend(topics.keys().filter(|t| re.is_match(t)).cloned());
                 }
                 (m.id.clone(), names)
@@ -897,7 +893,7 @@ mod tests {
     fn subscription_patterns_must_be_valid_and_match_whole_names() {
         assert!(valid_regex("orders-.*"));
         assert!(!valid_regex("a)|(b"), "it would escape the anchors");
-        let re = matcher("orders-.*").expect("valid");
+        let re = whole_names("orders-.*").expect("valid");
         assert!(re.is_match("orders-eu") && !re.is_match("old-orders-eu"));
     }
 

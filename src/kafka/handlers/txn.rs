@@ -387,15 +387,11 @@ pub fn describe(
 
 pub fn list(ctx: &NodeContext, request: ListTransactionsRequest, client: &Client) -> ListTransactionsResponse {
     // v2 (KIP-1152): ids matching a regular expression, whole (RE2 syntax, as Kafka's RE2/J).
-    let pattern = match request.transactional_id_pattern.as_deref().filter(|p| !p.is_empty()) {
+    let pattern = request.transactional_id_pattern.as_deref().filter(|p| !p.is_empty());
+    let pattern = match pattern.map(|p| crate::pattern::whole_names(p).ok_or(ResponseError::InvalidRegularExpression)) {
         None => None,
-        Some(p) => match crate::pattern::whole_names(p) {
-            Some(compiled) => Some(compiled),
-            None => {
-                return ListTransactionsResponse::default()
-                    .with_error_code(ResponseError::InvalidRegularExpression.code())
-            }
-        },
+        Some(Ok(compiled)) => Some(compiled),
+        Some(Err(e)) => return ListTransactionsResponse::default().with_error_code(e.code()),
     };
     let listed = match ctx.txns.list() {
         Ok(listed) => listed,
