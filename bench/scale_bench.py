@@ -14,6 +14,7 @@ holding --partitions partitions at --rf, in --topics topics. Reports, per step:
 
 Usage: target/pyenv/bin/python bench/scale_bench.py [--binary target/release/strom]
        [--nodes 3] [--partitions 10000] [--rf 3] [--topics 100] [--connections 1000]
+       [--perf DIR]   (perf record of node 1 over the idle window)
 """
 import argparse
 import os
@@ -30,6 +31,9 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "tests", "kafka"))
 import harness  # noqa: E402
 import wire  # noqa: E402
+
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from kafka_bench import perf_record  # noqa: E402
 
 
 def cpu_seconds(pid):
@@ -83,6 +87,7 @@ def main():
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--rust-log", default="warn,strom::replication=info")
+    ap.add_argument("--perf", metavar="DIR", help="`perf record -g` node 1 over the idle window, into DIR")
     args = ap.parse_args()
     per_topic = args.partitions // args.topics
     names = [f"scale-{i:04d}" for i in range(args.topics)]
@@ -105,7 +110,8 @@ def main():
               f"all led with full ISR after {results['led_full_isr_s']} s", flush=True)
 
         before = {nid: cpu_seconds(c.node(nid).pid) for nid in c.running()}
-        time.sleep(args.idle_seconds)  # measuring idle CPU over a fixed window
+        with perf_record(args.perf, c.node(1).pid, "idle-node1"):
+            time.sleep(args.idle_seconds)  # measuring idle CPU over a fixed window
         results["idle_cpu_pct"] = {nid: round(100 * (cpu_seconds(c.node(nid).pid) - before[nid]) / args.idle_seconds, 1)
                                    for nid in c.running()}
         results["idle"] = node_stats(c)

@@ -17,13 +17,13 @@ import random
 import threading
 import time
 
-IMPLEMENTED = ("kill", "pause", "partition", "netem", "clock", "disk", "power")
+IMPLEMENTED = ("kill", "pause", "partition", "netem", "degrade", "clock", "disk", "power")
 NOT_IMPLEMENTED = ()
 
 # (shortest, longest) fault, in seconds. A power fault's duration is how long the
 # cluster stays dark before every node is restarted.
 FAULT_S = {"kill": (2.0, 10.0), "pause": (2.0, 10.0), "partition": (3.0, 12.0), "netem": (5.0, 15.0),
-           "clock": (5.0, 20.0), "disk": (5.0, 15.0), "power": (1.0, 4.0)}
+           "degrade": (5.0, 15.0),            "clock": (5.0, 20.0), "disk": (5.0, 15.0), "power": (1.0, 4.0)}
 QUIET_S = (3.0, 10.0)
 # A whole cluster restarting needs longer between power losses to show it recovered.
 QUIET_OF = {"power": (20.0, 40.0)}
@@ -42,6 +42,15 @@ NETEM_SPECS = (
     "loss 20%",
     "duplicate 20%",
     "delay 200ms 100ms loss 5% duplicate 5% reorder 10%",
+)
+# What degrades a link without the kernel's netem: random loss (nftables) and a slow
+# link (tbf, whose queue adds up to 400 ms of delay under load), both ways on one node.
+DEGRADE_SPECS = (
+    "loss 5%",
+    "loss 20%",
+    "rate 2mbit",
+    "rate 20mbit loss 2%",
+    "rate 1mbit loss 10%",
 )
 
 
@@ -84,6 +93,8 @@ def make_schedule(seed, minutes, nemeses, n, partitions, warmup_s=5.0):
                     op["direction"] = rng.choice(["in", "out"])
             elif name == "netem":
                 op["spec"] = rng.choice(NETEM_SPECS)
+            elif name == "degrade":
+                op["spec"] = rng.choice(DEGRADE_SPECS)
             elif name == "clock":
                 op["mode"] = rng.choice(CLOCK_MODES)
                 op["offset_s"] = rng.choice(CLOCK_OFFSETS_S) * rng.choice([-1, 1])
@@ -106,7 +117,7 @@ def describe(op):
         extra = f" and {op['count'] - 1} more"
     elif op["nemesis"] == "partition":
         extra = f" ({op['flavor']}{' ' + op['direction'] if 'direction' in op else ''})"
-    elif op["nemesis"] == "netem":
+    elif op["nemesis"] in ("netem", "degrade"):
         extra = f" ({op['spec']})"
     elif op["nemesis"] == "clock":
         extra = f" ({op['mode']} {op['offset_s']:+d} s" + (f" every {op['period_s']:g} s)" if "period_s" in op else ")")
@@ -214,6 +225,10 @@ class Nemeses:
             self.topo.netem(node, op["spec"])
             rec["nodes"] = [node]
             rec["what"] = f"netem on node {node} ({how}): {op['spec']}"
+        elif name == "degrade":
+            self.topo.degrade(node, op["spec"])
+            rec["nodes"] = [node]
+            rec["what"] = f"degraded link of node {node} ({how}): {op['spec']}"
         elif name == "clock":
             self._start_clock(op, node, how, rec)
         elif name == "disk":
@@ -332,6 +347,9 @@ class Nemeses:
         elif name == "netem":
             for v in rec["nodes"]:
                 self.topo.unnetem(v)
+        elif name == "degrade":
+            for v in rec["nodes"]:
+                self.topo.undegrade(v)
         elif name == "clock":
             if op["id"] in self.strobes:
                 stop, th = self.strobes.pop(op["id"])

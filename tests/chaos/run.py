@@ -9,7 +9,8 @@ assignment) and admin-API metadata operations (linearizable).
       --report DIR
 
 The queue workload always runs (the faults aim at its partitions' leaders); groups and
-metadata are added to it. Nemeses: kill, pause, partition, netem, clock (libfaketime
+metadata are added to it. Nemeses: kill, pause, partition, netem, degrade (random loss
+and a slow link without netem: nftables and tbf), clock (libfaketime
 jumps one node's realtime clock), disk (one node's data tmpfs filled below
 storage.min.free.bytes) and power (every node killed at once, what it had not fsynced
 dropped by lossyfs.py, a FUSE file system; --sync-before-faults writes back what the
@@ -573,7 +574,7 @@ def main(argv=None):
         print_schedule(a, nem.make_schedule(a.seed, a.minutes, a.nemeses, a.nodes, a.partitions))
         return 0
     try:
-        topology.check_env(need_nft="partition" in a.nemeses or a.check_env, need_netem="netem" in a.nemeses,
+        topology.check_env(need_nft=bool({"partition", "degrade"} & set(a.nemeses)) or a.check_env, need_netem="netem" in a.nemeses,
                            need_faketime="clock" in a.nemeses, need_tmpfs="disk" in a.nemeses,
                            need_fuse="power" in a.nemeses)
     except topology.EnvError as e:

@@ -2,7 +2,7 @@
 partition's acknowledgements over time, with the fault windows shaded (matplotlib)."""
 
 COLORS = {"kill": "#d62728", "pause": "#ff7f0e", "partition": "#1f77b4", "netem": "#9467bd", "clock": "#8c564b",
-          "disk": "#e377c2", "power": "#17becf"}
+          "disk": "#e377c2", "power": "#17becf", "degrade": "#bcbd22"}
 
 
 def render(path, sends, faults, anomalies, t0, t_end, partitions, title, extra=None):

@@ -509,6 +509,12 @@ class Topology:
     def unnetem(self, nid):
         self.netns("unnetem", nid)
 
+    def degrade(self, nid, spec):
+        self.netns("degrade", nid, *spec.split())
+
+    def undegrade(self, nid):
+        self.netns("undegrade", nid)
+
     def heal_network(self):
         self.netns("heal-all", self.n)
 

@@ -1,5 +1,5 @@
 """The fault harness (tests/chaos) in the suite: the groups and metadata checkers' logic, a
-fixed-seed mixed kill/pause/partition run with the queue, groups and metadata workloads
+fixed-seed mixed kill/pause/partition/degrade run with the queue, groups and metadata workloads
 that must find no anomaly (but the known open bugs' kinds, warned), and the early-ack and power-loss-no-flush negative controls,
 which must find lost records. They need root (network namespaces, nftables; FUSE for the
 power loss); skipped with the reason otherwise.
@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -85,11 +86,12 @@ def run_report(tmp_path, name, *args):
 
 def test_mixed_faults_fixed_seed_no_anomaly(chaos_env, tmp_path):
     code, text, r = run_report(tmp_path, "mixed", "--seed", "1", "--minutes", "1.5", "--nemesis",
-                               "kill,pause,partition", "--nodes", "5", "--workload", "queue,groups,metadata")
+                               "kill,pause,partition,degrade", "--nodes", "5", "--workload", "queue,groups,metadata")
     assert code == 0, f"chaos run found anomalies or failed (exit {code}):\n{text[-6000:]}"
     assert r["seed"] == 1 and r["valid"] and r["schedule"] and r["acked"] > 1000
     assert all(not v for v in r["anomalies"].values())
-    assert set(r["unavailable_s"]) <= {"kill", "pause", "partition"}
+    assert set(r["unavailable_s"]) <= {"kill", "pause", "partition", "degrade"}
+    assert any(f["nemesis"] == "degrade" for f in r["faults"]), r["faults"]
     assert (tmp_path / "mixed" / "timeline.png").stat().st_size > 10000
     assert "VALID: no anomaly" in text
     # The other two workloads ran and were checked.
@@ -140,3 +142,68 @@ def test_power_loss_with_a_flush_after_every_message_loses_nothing(chaos_env, tm
     # nothing unsynced at that instant (it fsyncs every message), so each node's canary,
     # written unsynced just before the drop, is the proof.
     assert power and all(d.get("canary_lost") is True for d in power[0]["dropped"].values()), power
+
+
+def test_degrade_loses_packets_and_slows_the_link_then_heals(chaos_env):
+    """netns.sh degrade, the degrade nemesis's tool (what this kernel can do without
+    netem): with 100% loss a connection to the degraded host cannot be made, at 1 Mbit/s
+    256 KiB cannot cross in less than about 2 s, and after undegrade both are gone."""
+    sys.path.insert(0, os.path.join(REPO, "tests", "chaos"))
+    import topology
+
+    tag = topology._free_tag()
+    netns = os.path.join(REPO, "deploy", "demos", "netns.sh")
+    subnet = subprocess.run(["bash", netns, "up", tag, "2"], capture_output=True, text=True, check=True).stdout.strip()
+    server = None
+    try:
+        # Host 1 accepts connections and reads each one to its end, answering its length.
+        server = subprocess.Popen(["ip", "netns", "exec", f"strom-{tag}-1", sys.executable, "-c", """
+import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 7070)); s.listen(8)
+while True:
+    c, _ = s.accept(); n = 0
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        n += len(b)
+    c.sendall(str(n).encode()); c.close()
+"""])
+        client = """
+import socket, sys, time
+n = int(sys.argv[2]); t0 = time.monotonic()
+try:
+    c = socket.create_connection((sys.argv[1], 7070), timeout=float(sys.argv[3]))
+    c.sendall(b"x" * n); c.shutdown(socket.SHUT_WR)
+    print(c.recv(64).decode(), round(time.monotonic() - t0, 3))
+except OSError as e:
+    print("error", type(e).__name__)
+"""
+
+        def send(nbytes, timeout_s):
+            out = subprocess.run(["ip", "netns", "exec", f"strom-{tag}-2", sys.executable, "-c", client,
+                                  f"{subnet}.1", str(nbytes), str(timeout_s)],
+                                 capture_output=True, text=True, timeout=60)
+            return out.stdout.split()
+
+        deadline = time.monotonic() + 10
+        while send(10, 1)[0] != "10":
+            assert time.monotonic() < deadline, "the server in host 1 never answered"
+        subprocess.run(["bash", netns, "degrade", tag, "1", "loss", "100%"], check=True)
+        assert send(10, 2)[0] == "error"
+        subprocess.run(["bash", netns, "undegrade", tag, "1"], check=True)
+        assert send(10, 5)[0] == "10"
+        subprocess.run(["bash", netns, "degrade", tag, "1", "rate", "1mbit"], check=True)
+        got, took = send(256 * 1024, 30)
+        assert got == str(256 * 1024) and float(took) > 1.5, (got, took)  # 2.1 Mbit at 1 Mbit/s
+        subprocess.run(["bash", netns, "undegrade", tag, "1"], check=True)
+        got, took = send(256 * 1024, 30)
+        assert got == str(256 * 1024) and float(took) < 1.0, (got, took)
+        qdiscs = subprocess.run(["ip", "netns", "exec", f"strom-{tag}-1", "tc", "qdisc", "show", "dev", "eth0"],
+                                capture_output=True, text=True).stdout
+        assert "tbf" not in qdiscs, qdiscs
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run(["bash", netns, "down", tag, "2"], capture_output=True)
