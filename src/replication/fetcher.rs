@@ -315,13 +315,17 @@ impl FetcherManager {
         let image = self.quorum.image();
         let throttle = &self.replicas.follower_throttle;
         let mut throttled: Vec<Key> = Vec::new();
+        // Without a rate nothing is throttled: no partition's reassignment
+        // state need be looked up (a leader may share thousands with us).
+        let throttling = !throttle.is_unlimited();
         for p in parts {
             let Some(pos) = p.follower_position().filter(|pos| !pos.needs_truncation) else { continue };
-            let catching_up = image
-                .topics
-                .get(&p.topic)
-                .and_then(|t| t.partitions.get(&p.index))
-                .is_some_and(|r| r.is_catching_up(self.broker_id));
+            let catching_up = throttling
+                && image
+                    .topics
+                    .get(&p.topic)
+                    .and_then(|t| t.partitions.get(&p.index))
+                    .is_some_and(|r| r.is_catching_up(self.broker_id));
             let mut max_bytes = self.partition_fetch_bytes;
             if catching_up {
                 match throttle.allowance(mono_ms()) {

@@ -17,6 +17,7 @@
 //! every in-sync replica.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -226,8 +227,16 @@ pub struct Partition {
     write_gate: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
     /// Sent after every group-commit flush: the count of failed ones.
     flushed_tx: watch::Sender<u64>,
+    /// Whether the log has a flush policy (`flush.ms` or `flush.messages`),
+    /// read without the lock: the flush timer passes over the others (the
+    /// default, with thousands of partitions) without taking theirs.
+    flush_policy: AtomicBool,
     /// This partition, for the flushes it starts on a blocking thread.
     me: Weak<Partition>,
+}
+
+fn has_flush_policy(config: &LogConfig) -> bool {
+    config.flush_ms.is_some() || config.flush_messages.is_some()
 }
 
 /// The exact (timestamp, offset) of the first record at or after `ts` in
@@ -390,6 +399,7 @@ impl Partition {
         let (high_watermark_tx, _) = watch::channel(state.high_watermark);
         let (log_end_tx, _) = watch::channel(state.log.log_end_offset());
         let (flushed_tx, _) = watch::channel(0);
+        let flush_policy = AtomicBool::new(has_flush_policy(state.log.config()));
         Ok(Arc::new_cyclic(|me| Self {
             topic: topic.to_string(),
             index,
@@ -402,6 +412,7 @@ impl Partition {
             #[cfg(test)]
             write_gate: Mutex::new(None),
             flushed_tx,
+            flush_policy,
             me: me.clone(),
         }))
     }
@@ -896,7 +907,9 @@ impl Partition {
         let mut st = self.state();
         st.min_insync = min_insync;
         if *st.log.config() != config {
+            let policy = has_flush_policy(&config);
             st.log.set_config(config)?;
+            self.flush_policy.store(policy, Ordering::Release);
         }
         // Into fsync-on-every-message with records unflushed: the high
         // watermark now waits for them.
@@ -1352,6 +1365,9 @@ impl Partition {
     /// The periodic flush (`flush.ms`, and `flush.messages` where no
     /// appender asked for one).
     pub fn maybe_flush(&self) -> Result<bool, LogError> {
+        if !self.flush_policy.load(Ordering::Acquire) {
+            return Ok(false);
+        }
         let ticket = {
             let mut st = self.state();
             if !st.log.flush_due(wall_ms()) {
@@ -1490,6 +1506,27 @@ mod tests {
         p.set_config(LogConfig::default(), 1).expect("config");
         let e = p.append_as_leader(&build_idempotent_batch(1, 9, 0, 16), true).expect_err("a gap");
         assert!(matches!(e, PartitionError::EarlierBatchRefused { why: Refusal::NotEnoughReplicas, expected: 15 }));
+    }
+
+    #[test]
+    fn the_flush_timer_passes_over_a_log_without_a_flush_policy_until_it_gets_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // Opened now: a segment created at time 0 would roll (and flush) at the next append.
+        let log = PartitionLog::open(dir.path(), "t", 0, LogConfig::default(), 0, wall_ms()).expect("open");
+        let p = Partition::open("t", 0, 1, log).expect("partition");
+        p.become_leader(1, 1, &[1], &[1]);
+        assert_eq!(code_of(p.append_as_leader(&build_batch(3, 1_000, &[7u8; 40]), true)), Ok(0));
+        assert!(!p.maybe_flush().expect("flush"), "no flush.ms nor flush.messages: nothing to do");
+        assert_eq!(p.recovery_point(), 0);
+        // flush.messages=2 with 3 records unflushed: the next pass flushes them.
+        p.set_config(LogConfig { flush_messages: Some(2), ..LogConfig::default() }, 1).expect("config");
+        assert!(p.maybe_flush().expect("flush"));
+        assert_eq!(p.recovery_point(), 3);
+        // And back to no policy.
+        p.set_config(LogConfig::default(), 1).expect("config");
+        assert_eq!(code_of(p.append_as_leader(&build_batch(3, 2_000, &[7u8; 40]), true)), Ok(3));
+        assert!(!p.maybe_flush().expect("flush"));
+        assert_eq!(p.recovery_point(), 3);
     }
 
     #[test]

@@ -109,6 +109,11 @@ impl SharedBucket {
         self.lock().allowance(now_ms)
     }
 
+    /// No rate set (the default): nothing passes through this bucket.
+    pub fn is_unlimited(&self) -> bool {
+        self.lock().is_unlimited()
+    }
+
     pub fn record(&self, bytes: usize, now_ms: i64) {
         self.lock().record(bytes, now_ms)
     }

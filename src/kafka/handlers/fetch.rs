@@ -10,6 +10,7 @@
 //! (isolation level 1) reads below the last stable offset and is told the
 //! aborted transactions in what it gets, whose records it drops (KIP-98).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,7 +27,7 @@ use crate::kafka::registry::Client;
 use crate::log::slice::FileSlice;
 use crate::log::LogError;
 use crate::node::NodeContext;
-use crate::replication::partition::ReplicaFetch;
+use crate::replication::partition::{Partition, ReplicaFetch};
 use crate::replication::PartitionError;
 use crate::security::acl::{Operation, ResourceType};
 
@@ -45,12 +46,24 @@ fn empty(index: i32, code: i16) -> PartitionData {
         .with_records(Some(Bytes::new()))
 }
 
+/// The hosted replica of each partition of a plan, in its order: looked up
+/// once per request, and again only when the hosted replicas or their roles
+/// change (a follower's session names thousands of partitions).
+type Resolved = Vec<Vec<Option<Arc<Partition>>>>;
+
+fn resolve(ctx: &NodeContext, plan: &Plan) -> Resolved {
+    plan.iter()
+        .map(|(topic, wants)| wants.iter().map(|w| ctx.replicas.get(topic.0.as_str(), w.partition)).collect())
+        .collect()
+}
+
 /// One pass over the partitions of `plan`; returns the answer, the file
 /// ranges its records fields stand for, and its bytes.
 fn read_all(
     ctx: &NodeContext,
     max_bytes: i32,
     plan: &Plan,
+    resolved: &Resolved,
     replica: Option<ReplicaFetch>,
     readable: &[bool],
     read_committed: bool,
@@ -59,18 +72,23 @@ fn read_all(
     let mut budget = max_bytes.max(0) as usize;
     let mut total = 0usize;
     let image = ctx.quorum.image();
+    // Without a rate no fetch is throttled, and no partition's reassignment
+    // state need be looked up.
+    let throttling = replica.is_some() && !ctx.replicas.leader_throttle.is_unlimited();
     let topics = plan
         .iter()
+        .zip(resolved)
         .zip(readable)
-        .map(|((topic, wants), &readable)| {
+        .map(|(((topic, wants), hosted), &readable)| {
             let name = topic.0.as_str();
             let partitions = wants
                 .iter()
-                .map(|fp| {
+                .zip(hosted)
+                .map(|(fp, hosted)| {
                     if !readable {
                         return empty(fp.partition, ResponseError::TopicAuthorizationFailed.code());
                     }
-                    let Some(partition) = ctx.replicas.get(name, fp.partition) else {
+                    let Some(partition) = hosted else {
                         return empty(fp.partition, missing_partition_code(&image, name, fp.partition));
                     };
                     // KIP-74: the response's `max_bytes` and each partition's
@@ -83,13 +101,14 @@ fn read_all(
                     let mut min_one_batch = total == 0;
                     // A replica a reassignment adds catches up within
                     // `leader.replication.throttled.rate`; ISR members never wait.
-                    let throttled = replica.is_some_and(|r| {
-                        image
-                            .topics
-                            .get(name)
-                            .and_then(|t| t.partitions.get(&fp.partition))
-                            .is_some_and(|p| p.is_catching_up(r.id))
-                    });
+                    let throttled = throttling
+                        && replica.is_some_and(|r| {
+                            image
+                                .topics
+                                .get(name)
+                                .and_then(|t| t.partitions.get(&fp.partition))
+                                .is_some_and(|p| p.is_catching_up(r.id))
+                        });
                     if throttled {
                         match ctx.replicas.leader_throttle.allowance(mono_ms()) {
                             Some(0) => (limit, min_one_batch) = (0, false),
@@ -191,18 +210,24 @@ pub async fn handle(
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let min_bytes = request.min_bytes.max(0) as usize;
     let read_committed = request.isolation_level == 1;
-    warm_far_behind(ctx, &plan, &readable).await;
+    // Subscribed before the lookup, so a change of roles after it wakes the wait.
+    let mut roles = ctx.replicas.subscribe();
+    let mut resolved = resolve(ctx, &plan);
+    warm_far_behind(&plan, &resolved, &readable).await;
     loop {
         // Subscribe before reading, so an append between the read and the
-        // wait still wakes us.
-        let mut watches: Vec<_> = plan
-            .iter()
-            .flat_map(|(t, wants)| wants.iter().filter_map(|w| ctx.replicas.get(t.0.as_str(), w.partition)))
-            .map(|p| if replica.is_some() { p.subscribe_log_end() } else { p.subscribe() })
-            .collect();
-        let mut roles = ctx.replicas.subscribe();
+        // wait still wakes us; past the deadline there is no wait to wake.
+        let mut watches: Vec<_> = match Instant::now() < deadline {
+            true => resolved
+                .iter()
+                .flatten()
+                .flatten()
+                .map(|p| if replica.is_some() { p.subscribe_log_end() } else { p.subscribe() })
+                .collect(),
+            false => Vec::new(),
+        };
         let (mut topics, slices, bytes) =
-            read_all(ctx, request.max_bytes, &plan, replica_fetch, &readable, read_committed);
+            read_all(ctx, request.max_bytes, &plan, &resolved, replica_fetch, &readable, read_committed);
         if version < 5 {
             // The log start offset is not in responses before v5.
             topics.iter_mut().flat_map(|t| t.partitions.iter_mut()).for_each(|p| p.log_start_offset = -1);
@@ -216,7 +241,7 @@ pub async fn handle(
         let changes: Vec<_> = watches.iter_mut().map(|w| Box::pin(w.changed())).collect();
         tokio::select! {
             _ = select_all(changes) => {}
-            _ = roles.changed() => {}
+            _ = roles.changed() => resolved = resolve(ctx, &plan),
             _ = tokio::time::sleep_until(deadline.into()) => {}
         }
     }
@@ -228,15 +253,15 @@ pub async fn handle(
 /// partition's lock, and the send from the connection's async thread find
 /// them in the page cache instead of waiting for the disk. Reads near the
 /// end (consumers keeping up) need none, and cost nothing here.
-async fn warm_far_behind(ctx: &NodeContext, plan: &Plan, readable: &[bool]) {
+async fn warm_far_behind(plan: &Plan, resolved: &Resolved, readable: &[bool]) {
     let cold: Vec<FileSlice> = plan
         .iter()
+        .zip(resolved)
         .zip(readable)
         .filter(|(_, &readable)| readable)
-        .flat_map(|((topic, wants), _)| {
-            wants.iter().filter_map(move |fp| {
-                let partition = ctx.replicas.get(topic.0.as_str(), fp.partition)?;
-                partition.prefetch_range(fp.fetch_offset, fp.partition_max_bytes.max(0) as u64)
+        .flat_map(|(((_, wants), hosted), _)| {
+            wants.iter().zip(hosted).filter_map(|(fp, partition)| {
+                partition.as_ref()?.prefetch_range(fp.fetch_offset, fp.partition_max_bytes.max(0) as u64)
             })
         })
         .collect();
