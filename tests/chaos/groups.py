@@ -493,11 +493,7 @@ class Workload:
 
     def _popen(self, argv, logname):
         import topology
-        log = open(os.path.join(self.run.dir, "workers", f"{logname}.log"), "ab")
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                preexec_fn=topology._die_with_parent)
-        log.close()
-        return proc
+        return topology.popen_logged(argv, os.path.join(self.run.dir, "workers", f"{logname}.log"))
 
     def _start_member(self, i):
         k = self.inc.get(i, -1) + 1

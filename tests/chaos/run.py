@@ -2,14 +2,15 @@
 """Strom's fault harness: a cluster in network namespaces, a seeded schedule of faults,
 workloads, and checkers: the queue (nothing acknowledged lost), a consumer group with
 churning members (offsets never back, every record consumed, no read outside one's
-assignment) and admin-API metadata operations (linearizable).
+assignment), admin-API metadata operations (linearizable) and transactions (committed
+ones whole and kept, aborted ones never read by read_committed consumers).
 
   python3 tests/chaos/run.py --seed S --minutes M --nemesis kill,pause,partition \\
-      [--workload queue,groups,metadata] [--negative-control early-ack|min-isr-1|power-loss-no-flush] \\
+      [--workload queue,groups,metadata,txn] [--negative-control early-ack|min-isr-1|power-loss-no-flush] \\
       --report DIR
 
-The queue workload always runs (the faults aim at its partitions' leaders); groups and
-metadata are added to it. Nemeses: kill, pause, partition, netem, degrade (random loss
+The queue workload always runs (the faults aim at its partitions' leaders); groups,
+metadata and txn are added to it. Nemeses: kill, pause, partition, netem, degrade (random loss
 and a slow link without netem: nftables and tbf), clock (libfaketime
 jumps one node's realtime clock), disk (one node's data tmpfs filled below
 storage.min.free.bytes) and power (every node killed at once, what it had not fsynced
@@ -54,9 +55,10 @@ import groups as groups_workload  # noqa: E402
 import metadata as metadata_workload  # noqa: E402
 import nemesis as nem  # noqa: E402
 import topology  # noqa: E402
+import txn as txn_workload  # noqa: E402
 import worker  # noqa: E402
 
-WORKLOADS = ("queue", "groups", "metadata")
+WORKLOADS = ("queue", "groups", "metadata", "txn")
 WORKLOADS_NOT_IMPLEMENTED = ()
 NEGATIVE_CONTROLS = ("early-ack", "min-isr-1", "power-loss-no-flush")
 NEGATIVE_CONTROLS_NOT_IMPLEMENTED = ()
@@ -85,11 +87,17 @@ def parse(argv):
                     help="comma-separated: queue (always on: the faults aim at its partitions' leaders), groups "
                          "(a consumer group with churning members: groups.py), metadata (topic create/delete/"
                          "config/read through the admin API of random nodes, checked for linearizability: "
-                         "metadata.py)")
+                         "metadata.py), txn (transactional producers committing and aborting, read_committed "
+                         "consumers: txn.py)")
     ap.add_argument("--group-members", type=int, default=3, help="groups workload: members (default 3)")
     ap.add_argument("--group-rate", type=float, default=100.0, help="groups workload: records/s (default 100)")
     ap.add_argument("--metadata-clients", type=int, default=4, help="metadata workload: client threads (default 4)")
     ap.add_argument("--metadata-topics", type=int, default=3, help="metadata workload: topics (default 3)")
+    ap.add_argument("--txn-producers", type=int, default=2, help="txn workload: transactional producers (default 2)")
+    ap.add_argument("--txn-rate", type=float, default=10.0,
+                    help="txn workload: transactions/s over all its producers (default 10)")
+    ap.add_argument("--txn-consumers", type=int, default=1,
+                    help="txn workload: read_committed consumers reading throughout (default 1)")
     ap.add_argument("--negative-control", choices=NEGATIVE_CONTROLS + NEGATIVE_CONTROLS_NOT_IMPLEMENTED)
     ap.add_argument("--report", help="report directory (default: a new /tmp/strom-chaos.* directory)")
     ap.add_argument("--nodes", type=int, default=5, help="nodes, each in its own network namespace (default 5)")
@@ -143,6 +151,8 @@ def parse(argv):
     a.workloads = ["queue"] + [w for w in WORKLOADS[1:] if w in workloads]
     if a.group_members < 1 or a.group_rate <= 0 or a.metadata_clients < 1 or a.metadata_topics < 1:
         raise Usage("--group-members, --group-rate, --metadata-clients and --metadata-topics must be positive")
+    if a.txn_producers < 1 or a.txn_rate <= 0 or a.txn_consumers < 1:
+        raise Usage("--txn-producers, --txn-rate and --txn-consumers must be positive")
     if a.negative_control in NEGATIVE_CONTROLS_NOT_IMPLEMENTED:
         raise Usage(f"negative control '{a.negative_control}' is not implemented yet "
                     f"(implemented: {', '.join(NEGATIVE_CONTROLS)})")
@@ -166,7 +176,7 @@ class Run:
         self.dir = os.path.abspath(a.report)
         self.hist_dir = os.path.join(self.dir, "history")
         self.crashes = []
-        self.extra = []  # the groups and metadata workloads (groups.Workload, metadata.Workload)
+        self.extra = []  # the groups, metadata and txn workloads (groups.Workload, metadata.Workload, txn.Workload)
 
     def say(self, msg):
         print(f"[{time.time() - self.t_start:7.2f}s] {msg}", flush=True)
@@ -287,6 +297,8 @@ class Run:
             self.extra.append(groups_workload.Workload(self, a.group_members, a.group_rate))
         if "metadata" in a.workloads:
             self.extra.append(metadata_workload.Workload(self, a.metadata_clients, a.metadata_topics))
+        if "txn" in a.workloads:
+            self.extra.append(txn_workload.Workload(self, a.txn_producers, a.txn_rate, a.txn_consumers))
         for w in self.extra:
             w.start()
         t_load = time.time()
@@ -387,16 +399,7 @@ class Run:
         worker.write_json_atomic(drain_file, {str(p): e for p, e in ends.items()})
         for role, wid, proc in self.workers:
             if role == "consume":
-                try:
-                    proc.wait(timeout=90)
-                except subprocess.TimeoutExpired:
-                    # A stalled consumer can hang in close() (its history is written by then).
-                    proc.terminate()
-                    try:
-                        proc.wait(timeout=10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
+                topology.wait_or_stop(proc)
         self.say(f"final read: {sum(len(v) for v in final_log.values())} records, high watermarks {ends}")
 
         # Check.
@@ -418,7 +421,7 @@ class Run:
                 anomalies[k] = []
         anomalies.update(anomalies_extra)
         extra_report = {}
-        for w in self.extra:  # the groups and metadata workloads: their own ends and checks
+        for w in self.extra:  # the groups, metadata and txn workloads: their own ends and checks
             w_anomalies, stats[w.name], w_report = w.finish(faults, self.crashes)
             for k, v in w_anomalies.items():
                 anomalies.setdefault(k, []).extend(v)

@@ -1,8 +1,9 @@
-"""The groups and metadata checkers' pure logic, on hand-made histories (no cluster, a
+"""The groups, metadata and txn checkers' pure logic, on hand-made histories (no cluster, a
 second or two):
 
   target/pyenv/bin/python -m pytest tests/chaos/test_checkers.py -q
 """
+import json
 import os
 import random
 import sys
@@ -12,6 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import groups  # noqa: E402
 import metadata  # noqa: E402
+import txn  # noqa: E402
 
 INF = float("inf")
 
@@ -426,3 +428,164 @@ def test_a_write_the_old_process_acknowledged_after_its_kill_began_binds_only_th
     assert valid(h, "relaxed", restarts=restarts) is True
     stale_before_restart = h[:2] + [op("read", 4, 5, obs="a", node=1, proc="c1")]
     assert valid(stale_before_restart, "relaxed", restarts=restarts) is False
+
+
+# ---- txn ------------------------------------------------------------------------------------
+
+def tx(w, n, vals, res, intent="commit", commit_sent=None, t=0.0):
+    """A transaction's begin and end records (res None: no end record)."""
+    vals = [[v, p] for v, p in vals]
+    recs = [{"f": "begin", "w": w, "txn": n, "pinc": 0, "vals": vals, "intent": intent, "t": t}]
+    if res is not None:
+        if commit_sent is None:
+            commit_sent = intent == "commit"
+        recs.append({"f": "end", "w": w, "txn": n, "pinc": 0, "res": res, "commit_sent": commit_sent,
+                     "stage": "commit" if commit_sent else "abort", "t0": t, "t1": t + 0.1})
+    return recs
+
+
+def tpoll(p, o, v, w="txn-consumer-0", s=0, t=1.0):
+    return {"f": "poll", "w": w, "s": s, "p": p, "o": o, "v": v, "t": t}
+
+
+def txn_good():
+    """Producer 0: txn 1 committed (2 values), txn 2 aborted, txn 3 committed, txn 4
+    unknown after its commit was sent (it committed). Producer 1: txn 1 committed, txn 2
+    unknown before any commit (never committed), txn 3 unknown with no end record (it did
+    not commit). The final read as read_committed returns it: the gaps are aborted
+    records and transaction markers."""
+    recs = (tx("p0", 1, [("t0-1-0", 0), ("t0-1-1", 1)], "committed")
+            + tx("p0", 2, [("t0-2-0", 0)], "aborted", intent="abort")
+            + tx("p0", 3, [("t0-3-0", 1)], "committed")
+            + tx("p0", 4, [("t0-4-0", 0), ("t0-4-1", 1)], "unknown")
+            + tx("p1", 1, [("t1-1-0", 1)], "committed")
+            + tx("p1", 2, [("t1-2-0", 0), ("t1-2-1", 1)], "unknown", commit_sent=False)
+            + tx("p1", 3, [("t1-3-0", 0)], None))
+    final_log = {0: [(0, "t0-1-0"), (4, "t0-4-0")],
+                 1: [(0, "t0-1-1"), (2, "t0-3-0"), (4, "t0-4-1"), (6, "t1-1-0")]}
+    polls = [tpoll(0, 0, "t0-1-0"), tpoll(1, 0, "t0-1-1"), tpoll(1, 2, "t0-3-0"), tpoll(0, 4, "t0-4-0"),
+             # a second session starts from the beginning again: fine
+             tpoll(1, 0, "t0-1-1", s=1), tpoll(1, 2, "t0-3-0", s=1)]
+    return recs, polls, final_log
+
+
+def txn_check(recs, polls, final_log, complete=True):
+    return txn.check(txn.merge(recs), polls, final_log, final_complete=complete)
+
+
+def test_txn_good_history_is_clean():
+    recs, polls, final_log = txn_good()
+    an, stats = txn_check(recs, polls, final_log)
+    assert set(an) == set(txn.KINDS)
+    assert not any(an.values()), {k: v for k, v in an.items() if v}
+    assert (stats["begun"], stats["committed"], stats["aborted"], stats["unknown"]) == (7, 3, 1, 3)
+    assert stats["unknown_commit_sent"] == 2  # p0/4 (sent) and p1/3 (no end record: not known)
+    assert stats["final_read"] == 6 and stats["polled"] == 6 and stats["values_read"] == 6
+    assert stats["unknown_in_final"] == {"all": 1, "none": 2}
+
+
+def test_txn_merge_and_load(tmp_path):
+    recs, polls, _ = txn_good()
+    with open(tmp_path / "txn-producer-0.jsonl", "w") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+        f.write('{"f":"begin","w":"p9"')  # a torn last line
+    with open(tmp_path / "txn-consumer-0.jsonl", "w") as f:
+        for r in polls:
+            f.write(json.dumps(r) + "\n")
+        f.write(json.dumps({"f": "event", "w": "txn-consumer-0", "t": 2, "what": "drained"}) + "\n")
+    txns, ps, events = txn.load(str(tmp_path))
+    assert len(txns) == 7 and len(ps) == 6 and len(events) == 1
+    by = {(t["w"], t["txn"]): t for t in txns}
+    assert by[("p1", 3)]["res"] == "unknown" and by[("p1", 3)]["commit_sent"] is None
+    assert by[("p1", 2)]["commit_sent"] is False and txn.never_committed(by[("p1", 2)])
+    assert not txn.never_committed(by[("p0", 4)]) and txn.never_committed(by[("p0", 2)])
+
+
+def test_txn_lost():
+    recs, polls, final_log = txn_good()
+    # The committed t0-3-0 is missing from the final read.
+    final_log[1] = [(o, v) for o, v in final_log[1] if v != "t0-3-0"]
+    an, _ = txn_check(recs, polls, final_log)
+    assert [(a["value"], a["why"]) for a in an["txn_lost"]] == [("t0-3-0", ["commit returned", "read during the run"])]
+    # Not judged against an incomplete final read.
+    an, _ = txn_check(recs, polls, final_log, complete=False)
+    assert not an["txn_lost"]
+    # An unknown transaction read during the run and then gone is lost too (and partial here).
+    recs, polls, final_log = txn_good()
+    final_log[0] = [(0, "t0-1-0")]
+    an, _ = txn_check(recs, polls, final_log)
+    assert [(a["value"], a["why"]) for a in an["txn_lost"]] == [("t0-4-0", ["read during the run"])]
+    assert [a["txn"] for a in an["txn_partial"]] == [4]
+
+
+def test_txn_aborted_read():
+    recs, polls, final_log = txn_good()
+    # A consumer read the aborted t0-2-0; the final read holds p1's never-committed t1-2-*.
+    polls.insert(1, tpoll(0, 1, "t0-2-0"))
+    final_log[0] = final_log[0] + [(8, "t1-2-0")]
+    final_log[1] = final_log[1] + [(8, "t1-2-1")]
+    an, _ = txn_check(recs, polls, final_log)
+    got = sorted((a["value"], a["reader"], a["res"]) for a in an["txn_aborted_read"])
+    assert got == [("t0-2-0", "txn-consumer-0", "aborted"), ("t1-2-0", "final", "unknown"),
+                   ("t1-2-1", "final", "unknown")]
+    assert not an["txn_partial"] and not an["txn_lost"]
+    # An unknown transaction whose commit may have been sent may show up: not an anomaly.
+    recs, polls, final_log = txn_good()
+    final_log[0] = final_log[0] + [(8, "t1-3-0")]
+    an, _ = txn_check(recs, polls, final_log)
+    assert not any(an.values())
+
+
+def test_txn_partial():
+    recs, polls, final_log = txn_good()
+    # Only one of the committed txn 1's two values, and one of the unknown txn 4's.
+    final_log[1] = [(o, v) for o, v in final_log[1] if v not in ("t0-1-1", "t0-4-1")]
+    polls = [r for r in polls if r["v"] != "t0-1-1"]
+    an, _ = txn_check(recs, polls, final_log)
+    got = sorted((a["producer"], a["txn"], a["res"], tuple(a["present"]), tuple(a["missing"]))
+                 for a in an["txn_partial"])
+    assert got == [("p0", 1, "committed", ("t0-1-0",), ("t0-1-1",)),
+                   ("p0", 4, "unknown", ("t0-4-0",), ("t0-4-1",))]
+    assert [a["value"] for a in an["txn_lost"]] == ["t0-1-1"]  # the committed one is also lost
+    # An aborted transaction partly visible is partial (and an aborted read).
+    recs, polls, final_log = txn_good()
+    recs += tx("p0", 5, [("t0-5-0", 0), ("t0-5-1", 1)], "aborted", intent="abort")
+    final_log[0] = final_log[0] + [(9, "t0-5-0")]
+    an, _ = txn_check(recs, polls, final_log)
+    assert [a["txn"] for a in an["txn_partial"]] == [5]
+    assert [a["value"] for a in an["txn_aborted_read"]] == ["t0-5-0"]
+
+
+def test_txn_duplicate():
+    recs, polls, final_log = txn_good()
+    final_log[1] = final_log[1] + [(9, "t1-1-0")]
+    an, _ = txn_check(recs, polls, final_log)
+    assert [(a["value"], a["at"], a["txn"]) for a in an["txn_duplicate"]] == [("t1-1-0", [(1, 6), (1, 9)], 1)]
+    assert not an["txn_partial"] and not an["txn_lost"]
+
+
+def test_txn_order():
+    recs, polls, final_log = txn_good()
+    # Within session 0 partition 1 goes back from 2 to 0, then repeats 0.
+    polls += [tpoll(1, 0, "t0-1-1"), tpoll(1, 0, "t0-1-1")]
+    an, _ = txn_check(recs, polls, final_log)
+    assert [(a["session"], a["partition"], a["prev"], a["offset"]) for a in an["txn_order"]] == \
+        [(0, 1, 2, 0), (0, 1, 0, 0)]
+    # Other consumers and other sessions are separate streams.
+    recs, polls, final_log = txn_good()
+    polls += [tpoll(1, 0, "t0-1-1", w="txn-consumer-1"), tpoll(1, 0, "t0-1-1", s=2)]
+    an, _ = txn_check(recs, polls, final_log)
+    assert not an["txn_order"]
+
+
+def test_txn_values_are_a_pure_function_of_the_seed():
+    import random as _r
+    a = [txn.txn_values(0, n, r, 6) for r in [_r.Random("1/txn/0")] for n in range(1, 200)]
+    b = [txn.txn_values(0, n, r, 6) for r in [_r.Random("1/txn/0")] for n in range(1, 200)]
+    assert a == b
+    assert all(1 <= len(vals) <= 5 and all(0 <= p < 6 for _, p in vals) for vals, _ in a)
+    aborts = sum(intent == "abort" for _, intent in a)
+    assert 20 <= aborts <= 60  # about 0.2 of 199
+    values = [v for vals, _ in a for v, _ in vals]
+    assert len(values) == len(set(values))

@@ -75,6 +75,29 @@ def kill_quietly(proc):
             pass
 
 
+def popen_logged(argv, log_path):
+    """A client process of a workload, its output appended to log_path; it dies with the
+    harness."""
+    log = open(log_path, "ab")
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, preexec_fn=_die_with_parent)
+    log.close()
+    return proc
+
+
+def wait_or_stop(proc, timeout_s=90):
+    """Waits for a process to end on its own, then SIGTERMs it, then SIGKILLs it (a stalled
+    consumer can hang in close(); its history is written by then)."""
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _die_with_parent():
     PR_SET_PDEATHSIG = 1
     try:

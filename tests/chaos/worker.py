@@ -2,7 +2,7 @@
 can run inside a node's network namespace (a client stranded in a minority).
 
   worker.py produce  --bootstrap B --topic T --partitions P --rate R --id W --out FILE [--progress FILE]
-  worker.py consume  --bootstrap B --topic T --partitions P --id W --out FILE --drain FILE
+  worker.py consume  --bootstrap B --topic T --partitions P --id W --out FILE --drain FILE [--read-committed]
 
 History is JSON lines, flushed every half second, so that what a worker saw survives
 even if it is killed:
@@ -174,6 +174,9 @@ def produce(a):
 
 
 def consume(a):
+    """Reads every partition from 0 (see the module's doc). With --read-committed (the txn
+    workload) it reads at isolation level read_committed, where markers and aborted
+    records leave gaps: the end of a partition then tells how far it has read."""
     hist = History(a.out)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
@@ -181,6 +184,8 @@ def consume(a):
     conf = dict(COMMON, **{"bootstrap.servers": a.bootstrap, "group.id": f"chaos-{a.id}",
                            "enable.auto.commit": False, "auto.offset.reset": "earliest",
                            "fetch.wait.max.ms": 100, "client.id": f"chaos-{a.id}"})
+    if a.read_committed:
+        conf.update({"isolation.level": "read_committed", "enable.partition.eof": True})
     session = 0
 
     def new_consumer():
@@ -215,7 +220,9 @@ def consume(a):
         for m in msgs:
             if m.error():
                 err = m.error()
-                if err.code() != KafkaError._PARTITION_EOF:
+                if err.code() == KafkaError._PARTITION_EOF and a.read_committed and (m.offset() or -1) >= 0:
+                    next_offset[m.partition()] = max(next_offset[m.partition()], m.offset())
+                elif err.code() != KafkaError._PARTITION_EOF:
                     hist.write({"f": "event", "w": a.id, "t": now, "what": f"error: {err.str()}"})
                     if err.fatal():
                         c.close()
@@ -287,6 +294,7 @@ def main():
     ap.add_argument("--drain-s", type=float, default=60)
     ap.add_argument("--flush-s", type=float, default=30)
     ap.add_argument("--message-timeout-ms", type=int, default=20000)
+    ap.add_argument("--read-committed", action="store_true", help="consume: isolation level read_committed")
     a = ap.parse_args()
     (produce if a.mode == "produce" else consume)(a)
 
