@@ -240,7 +240,7 @@ def final_read_committed(bootstrap, topic, partitions, timeout_s=120):
     read_committed from 0 up to there. Returns ({p: [(o, v)]}, {p: end}, complete,
     seconds waited for the LSO). Raises TimeoutError when the LSO does not reach the
     high watermark in time (the details in its message)."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition
     import worker
     base = dict(worker.COMMON, **{"bootstrap.servers": bootstrap, "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest", "fetch.wait.max.ms": 100})
@@ -272,20 +272,7 @@ def final_read_committed(bootstrap, topic, partitions, timeout_s=120):
                                    f"{last}")
             time.sleep(0.2)  # poll interval; the condition is checked above, bounded by the deadline
         waited = time.monotonic() - t_start
-        cc.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        log = {p: [] for p in range(partitions)}
-        nxt = {p: 0 for p in range(partitions)}
-        while time.monotonic() < deadline and any(nxt[p] < ends[p] for p in range(partitions)):
-            for m in cc.consume(num_messages=1000, timeout=0.2):
-                if m.error():
-                    if m.error().code() == KafkaError._PARTITION_EOF and m.offset() is not None:
-                        nxt[m.partition()] = max(nxt[m.partition()], m.offset())
-                    continue
-                p, o = m.partition(), m.offset()
-                if o < ends[p]:
-                    log[p].append((o, m.value().decode()))
-                nxt[p] = max(nxt[p], o + 1)
-        complete = all(nxt[p] >= ends[p] for p in range(partitions))
+        log, complete = worker.read_to_ends(cc, topic, ends, deadline)
         return log, ends, complete, waited
     finally:
         for c in (cu, cc):

@@ -263,21 +263,31 @@ def final_read(bootstrap, topic, partitions, timeout_s=120):
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.1)
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        log = {p: [] for p in range(partitions)}
-        nxt = {p: 0 for p in range(partitions)}
-        while time.monotonic() < deadline and any(nxt[p] < ends[p] for p in range(partitions)):
-            for m in c.consume(num_messages=1000, timeout=0.2):
-                if m.error():
-                    continue
-                p, o = m.partition(), m.offset()
-                if o < ends[p]:
-                    log[p].append((o, m.value().decode()))
-                nxt[p] = max(nxt[p], o + 1)
-        complete = all(nxt[p] >= ends[p] for p in range(partitions))
+        log, complete = read_to_ends(c, topic, ends, deadline)
         return log, ends, complete
     finally:
         c.close()
+
+
+def read_to_ends(c, topic, ends, deadline):
+    """Reads every partition of `ends` ({partition: end offset}) with consumer c from
+    offset 0 up to its end, or until the deadline. The end of a partition (a consumer
+    with enable.partition.eof) counts as read up to there: at read_committed, markers
+    and aborted records leave gaps. Returns ({partition: [(offset, value)]}, complete)."""
+    c.assign([TopicPartition(topic, p, 0) for p in ends])
+    log = {p: [] for p in ends}
+    nxt = {p: 0 for p in ends}
+    while time.monotonic() < deadline and any(nxt[p] < end for p, end in ends.items()):
+        for m in c.consume(num_messages=1000, timeout=0.2):
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF and m.offset() is not None:
+                    nxt[m.partition()] = max(nxt[m.partition()], m.offset())
+                continue
+            p, o = m.partition(), m.offset()
+            if o < ends[p]:
+                log[p].append((o, m.value().decode()))
+            nxt[p] = max(nxt[p], o + 1)
+    return log, all(nxt[p] >= end for p, end in ends.items())
 
 
 def main():
